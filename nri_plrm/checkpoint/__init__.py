@@ -1,0 +1,1 @@
+"""Versioned, checksummed, atomic state files and the kubelet-compatible exports."""

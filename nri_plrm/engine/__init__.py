@@ -1,0 +1,1 @@
+"""The pure allocation engine: topology, CPU and memory managers with pod-level resources."""

@@ -1,0 +1,1 @@
+"""The NRI plugin stub: connect, register, configure, synchronize, dispatch, reconnect."""

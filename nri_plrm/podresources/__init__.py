@@ -1,0 +1,1 @@
+"""The PodResources v1 gRPC endpoint (PodResourcesLister) served on a unix socket."""

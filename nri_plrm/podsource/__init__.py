@@ -1,0 +1,1 @@
+"""Optional cache of this node's pod specs from the Kubernetes API (list + watch)."""

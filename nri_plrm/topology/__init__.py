@@ -1,0 +1,1 @@
+"""Machine topology: the model, sysfs discovery, synthetic machines and hotplug watching."""

@@ -1,0 +1,1 @@
+"""ttrpc and the NRI connection multiplexer: a sans-IO codec plus a thin asyncio transport."""
