@@ -144,3 +144,24 @@ class ContainerAssignment:
     def exclusive(self) -> bool:
         """True when CFS quota must be disabled (``cpu.quota = -1``)."""
         return self.assignment in (AssignmentType.NODE_EXCLUSIVE, AssignmentType.POD_EXCLUSIVE)
+
+
+@dataclass(frozen=True)
+class TopologyHint:
+    """A NUMA affinity a resource could be satisfied with (the kubelet's ``TopologyHint``).
+
+    ``numa_affinity`` is a bitmask of NUMA node ids (bit n = node n); None means "no preference".
+    """
+
+    numa_affinity: int | None
+    preferred: bool
+
+    def nodes(self) -> tuple[int, ...]:
+        """The NUMA node ids of the affinity, ascending (empty for no preference)."""
+        mask = self.numa_affinity or 0
+        return tuple(i for i in range(mask.bit_length()) if mask >> i & 1)
+
+
+HintMap = Mapping[str, "list[TopologyHint] | None"]
+"""Hints per resource name. A missing map or a None list means "no preference"; an empty list
+means the resource cannot be satisfied on any NUMA combination."""
