@@ -49,7 +49,7 @@ class CPUSet:
 
     @classmethod
     def parse(cls, text: str) -> CPUSet:
-        """Parse the list format: ``""``, ``"3"``, ``"0-2,5,7-8"`` (whitespace around items allowed).
+        """Parse the list format: ``""``, ``"3"``, ``"0-2,5,7-8"`` (blanks around items allowed).
 
         Raises CPUSetError naming the offending item and the rule it breaks.
         """

@@ -52,7 +52,7 @@ class ContainerSpec:
 
 @dataclass(frozen=True)
 class PodSpec:
-    """What the engine needs of a pod: identity, pod-level resources and containers in spec order."""
+    """What the engine needs of a pod: identity, pod-level resources, containers in spec order."""
 
     uid: str
     namespace: str = "default"
