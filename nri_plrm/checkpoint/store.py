@@ -1,0 +1,352 @@
+"""The plugin's own state file: versioned, checksummed, written atomically, never lost silently.
+
+Layout (``state.json``)::
+
+    {"version": N, "data": {...}, "checksum": "sha256:<hex of canonical JSON of data>"}
+
+Rules, learned from the kubelet's checkpoint history (V3 broke older readers, V4 fixed it):
+
+- Readers ignore top-level fields they do not know, and the checksum covers ``data`` exactly as
+  stored, so an older plugin can read a file a newer one wrote (it hands the newer ``data`` to its
+  caller, who ignores unknown keys there too).
+- Files of an older version are migrated forward in memory, one step at a time, through the
+  registered migrations (``MIGRATIONS[n]`` turns version ``n`` data into version ``n + 1``). The
+  file on disk is left as it is until the next :meth:`CheckpointStore.save`, which first keeps a
+  copy of the pre-migration file as ``state.json.v<n>`` so a downgrade can still find it.
+- Writes go to a temporary file in the same directory, are fsynced, renamed over the state file,
+  and the directory is fsynced: a crash leaves the old or the new file, never a torn one.
+- The directory must be a real directory (not a symlink) owned by this user; it is created with
+  mode 0700 and tightened to 0700 if it is wider. Files are created with mode 0600 and opened with
+  ``O_NOFOLLOW`` relative to the directory, so a symlink planted in the directory is never followed.
+- A file that cannot be used (unreadable, not JSON, wrong layout, checksum mismatch, a symlink or
+  special file, a failed migration) is renamed to ``state.json.corrupt-<n>`` and reported in
+  :class:`LoadResult.problem`; the caller rebuilds from what the runtime reports and counts it.
+
+One process writes a state directory at a time (the daemon); concurrent writers are not supported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CURRENT_VERSION = 1
+"""The layout version this plugin writes."""
+
+STATE_FILE = "state.json"
+
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+"""Turns the ``data`` of version n into the ``data`` of version n + 1."""
+
+MIGRATIONS: Mapping[int, Migration] = {}
+"""Registered migrations by source version. Version 1 is the first layout, so none exist yet."""
+
+_CHECKSUM_PREFIX = "sha256:"
+_MAX_FILE_BYTES = 256 * 1024 * 1024
+
+
+class CheckpointError(Exception):
+    """The state directory or file cannot be used safely (names the path and the rule)."""
+
+
+@dataclass(frozen=True)
+class CheckpointProblem:
+    """Why a state file was not used, and where it was moved to."""
+
+    kind: str
+    """``unreadable``, ``not-regular-file``, ``invalid-json``, ``bad-layout``,
+    ``checksum-mismatch`` or ``migration-failed``."""
+    message: str
+    moved_to: Path | None
+
+    def __str__(self) -> str:
+        where = f"; kept as {self.moved_to}" if self.moved_to else ""
+        return f"{self.message}{where}"
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What :meth:`CheckpointStore.load` found.
+
+    ``data`` is None when there was no file or it was unusable; ``problem`` says why in the second
+    case. ``version`` is the layout version read from disk, ``migrated`` whether ``data`` was
+    migrated forward from it.
+    """
+
+    data: dict[str, Any] | None
+    problem: CheckpointProblem | None = None
+    version: int | None = None
+    migrated: bool = False
+
+
+def canonical_json(data: Any) -> bytes:
+    """Deterministic JSON bytes: sorted keys, no blanks, UTF-8, no NaN/Infinity."""
+    return json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def data_checksum(data: Any) -> str:
+    """The checksum stored beside ``data``: ``sha256:`` + hex digest of its canonical JSON."""
+    return _CHECKSUM_PREFIX + hashlib.sha256(canonical_json(data)).hexdigest()
+
+
+class _Unusable(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class CheckpointStore:
+    """The state file ``<directory>/state.json``; see the module docs for the guarantees."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        version: int = CURRENT_VERSION,
+        migrations: Mapping[int, Migration] = MIGRATIONS,
+        filename: str = STATE_FILE,
+    ) -> None:
+        if version < 1:
+            raise ValueError(f"checkpoint version {version}: must be >= 1")
+        if "/" in filename or filename in ("", ".", ".."):
+            raise ValueError(f"checkpoint file name {filename!r}: must be a plain file name")
+        self.directory = Path(directory)
+        self.filename = filename
+        self.version = version
+        self.migrations = dict(migrations)
+        self._migrated_from: int | None = None
+
+    @property
+    def path(self) -> Path:
+        """The state file's path."""
+        return self.directory / self.filename
+
+    def load(self) -> LoadResult:
+        """Read, verify and migrate the state file.
+
+        Returns ``LoadResult(None)`` when there is no file. An unusable file is moved aside and
+        reported in ``problem``. Raises CheckpointError only when the directory itself is unsafe.
+        """
+        dfd = self._open_dir()
+        try:
+            try:
+                raw = self._read(dfd)
+            except _Unusable as bad:
+                return LoadResult(None, self._quarantine(dfd, bad))
+            if raw is None:
+                return LoadResult(None)
+            try:
+                found, data = self._decode(raw)
+                migrated_data = self._migrate(found, data)
+            except _Unusable as bad:
+                return LoadResult(None, self._quarantine(dfd, bad))
+            migrated = found < self.version
+            self._migrated_from = found if migrated else None
+            return LoadResult(migrated_data, None, found, migrated)
+        finally:
+            os.close(dfd)
+
+    def save(self, data: Mapping[str, Any]) -> int:
+        """Write ``data`` atomically and durably; returns the number of bytes written.
+
+        Raises CheckpointError (naming the path and the cause) when the data is not JSON-able or
+        the write fails; the previous file is then still in place.
+        """
+        try:
+            plain = json.loads(canonical_json(data))
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint {self.path}: data is not JSON-able: {exc}") from exc
+        document = {"version": self.version, "data": plain, "checksum": data_checksum(plain)}
+        payload = canonical_json(document) + b"\n"
+        dfd = self._open_dir()
+        try:
+            if self._migrated_from is not None:
+                self._keep_old_version(dfd, self._migrated_from)
+            self._write_atomic(dfd, self.filename, payload)
+            self._migrated_from = None
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint {self.path}: write failed: {exc}") from exc
+        finally:
+            os.close(dfd)
+        return len(payload)
+
+    def _open_dir(self) -> int:
+        path = self.directory
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(f"state directory {path}: cannot create it: {exc}") from exc
+        try:
+            dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise CheckpointError(
+                    f"state directory {path}: is a symlink or not a directory; "
+                    "it must be a real directory"
+                ) from exc
+            raise CheckpointError(f"state directory {path}: cannot open it: {exc}") from exc
+        try:
+            st = os.fstat(dfd)
+            if st.st_uid != os.geteuid():
+                raise CheckpointError(
+                    f"state directory {path}: owned by uid {st.st_uid}, "
+                    f"must be owned by this process's uid {os.geteuid()}"
+                )
+            if stat.S_IMODE(st.st_mode) & 0o077:
+                os.fchmod(dfd, 0o700)
+        except BaseException:
+            os.close(dfd)
+            raise
+        return dfd
+
+    def _read(self, dfd: int) -> bytes | None:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(self.filename, flags, dir_fd=dfd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _Unusable(
+                    "not-regular-file", f"checkpoint {self.path}: is a symlink, refusing to follow"
+                ) from exc
+            raise _Unusable("unreadable", f"checkpoint {self.path}: cannot open: {exc}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _Unusable(
+                    "not-regular-file",
+                    f"checkpoint {self.path}: mode {stat.filemode(st.st_mode)}, "
+                    "must be a regular file",
+                )
+            if st.st_size > _MAX_FILE_BYTES:
+                raise _Unusable(
+                    "unreadable",
+                    f"checkpoint {self.path}: {st.st_size} bytes, "
+                    f"larger than the {_MAX_FILE_BYTES} byte limit",
+                )
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        except OSError as exc:
+            raise _Unusable("unreadable", f"checkpoint {self.path}: cannot read: {exc}") from exc
+        finally:
+            os.close(fd)
+
+    def _decode(self, raw: bytes) -> tuple[int, dict[str, Any]]:
+        try:
+            document = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise _Unusable("invalid-json", f"checkpoint {self.path}: not JSON: {exc}") from exc
+        if not isinstance(document, dict):
+            raise _Unusable(
+                "bad-layout",
+                f"checkpoint {self.path}: top level is {type(document).__name__}, "
+                "must be an object",
+            )
+        version = document.get("version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise _Unusable(
+                "bad-layout",
+                f"checkpoint {self.path}: version {version!r}, must be an integer >= 1",
+            )
+        data = document.get("data")
+        if not isinstance(data, dict):
+            raise _Unusable(
+                "bad-layout", f"checkpoint {self.path}: data {type(data).__name__}, must be object"
+            )
+        stored = document.get("checksum")
+        try:
+            expected = data_checksum(data)
+        except ValueError as exc:
+            raise _Unusable(
+                "bad-layout", f"checkpoint {self.path}: data has non-finite numbers: {exc}"
+            ) from exc
+        if stored != expected:
+            raise _Unusable(
+                "checksum-mismatch",
+                f"checkpoint {self.path}: checksum {stored!r} does not match the data "
+                f"({expected}); the file was changed or damaged",
+            )
+        return version, data
+
+    def _migrate(self, version: int, data: dict[str, Any]) -> dict[str, Any]:
+        current = data
+        for step in range(version, self.version):
+            migration = self.migrations.get(step)
+            if migration is None:
+                raise _Unusable(
+                    "migration-failed",
+                    f"checkpoint {self.path}: version {version}, no migration from "
+                    f"version {step} to {step + 1}",
+                )
+            try:
+                current = migration(current)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise _Unusable(
+                    "migration-failed",
+                    f"checkpoint {self.path}: migration from version {step} to {step + 1} "
+                    f"failed: {exc!r}",
+                ) from exc
+        return current
+
+    def _quarantine(self, dfd: int, bad: _Unusable) -> CheckpointProblem:
+        n = 1
+        while True:
+            target = f"{self.filename}.corrupt-{n}"
+            try:
+                os.stat(target, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                break
+            n += 1
+        try:
+            os.rename(self.filename, target, src_dir_fd=dfd, dst_dir_fd=dfd)
+            os.fsync(dfd)
+        except OSError as exc:
+            return CheckpointProblem(
+                bad.kind, f"{bad.message}; moving it aside to {target} failed: {exc}", None
+            )
+        return CheckpointProblem(bad.kind, bad.message, self.directory / target)
+
+    def _keep_old_version(self, dfd: int, version: int) -> None:
+        try:
+            fd = os.open(self.filename, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        except FileNotFoundError:
+            return
+        try:
+            content = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
+        finally:
+            os.close(fd)
+        self._write_atomic(dfd, f"{self.filename}.v{version}", content)
+
+    def _write_atomic(self, dfd: int, name: str, payload: bytes) -> None:
+        tmp = f".{name}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dfd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
+        try:
+            view = memoryview(payload)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp, dir_fd=dfd)
+            raise
+        os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.fsync(dfd)
