@@ -1,0 +1,237 @@
+"""What a pod and its containers ask for, inferred from the resources containerd forwards over NRI.
+
+The kubelet translates pod specs into CRI resources (shares, CFS quota and period, memory limit,
+hugepage limits); containerd forwards them as ``PodSandbox.linux.pod_resources`` (the pod budget)
+and ``Container.linux.resources``. This module inverts that translation into the engine's
+``PodSpec``/``ContainerSpec``. The inferences and their edge cases are in ``docs/design.md``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from nri_plrm.engine.types import CPU, HUGEPAGES_PREFIX, MEMORY, ContainerSpec, PodSpec
+from nri_plrm.proto import nri_api_pb2 as api
+
+SHARES_PER_CPU = 1024
+"""The kubelet's ``SharesPerCPU``: ``shares = millicores * 1024 / 1000``."""
+MIN_SHARES = 2
+"""The kubelet's ``MinShares``: what a container without a CPU request gets."""
+DEFAULT_PERIOD = 100_000
+"""The kubelet's default CFS period in microseconds."""
+
+_PAGE_SIZE = re.compile(r"^([0-9]+)([KMGTP]?)B$")
+
+
+class IntentError(ValueError):
+    """NRI resources that no kubelet would have produced (e.g. a malformed hugepage size)."""
+
+
+class QOSClass(enum.Enum):
+    """The Kubernetes QoS class as far as the forwarded resources show it."""
+
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BEST_EFFORT = "BestEffort"
+
+
+def hugepage_resource(page_size: str) -> str:
+    """The resource name for a CRI hugepage size (``"2MB"`` -> ``"hugepages-2Mi"``).
+
+    The kubelet writes page sizes with ``HugePageUnitSizeFromByteSize`` (binary units spelled
+    ``KB``/``MB``/``GB``); anything else is an ``IntentError``.
+    """
+    match = _PAGE_SIZE.match(page_size)
+    if not match or int(match.group(1)) == 0:
+        raise IntentError(
+            f"hugepage limit page_size {page_size!r}: expected a positive size such as 2MB or 1GB"
+        )
+    number, unit = match.groups()
+    return f"{HUGEPAGES_PREFIX}{number}{unit + 'i' if unit else ''}"
+
+
+@dataclass(frozen=True)
+class ResourceValues:
+    """The forwarded resource fields the plugin reads; 0 stands for "not set" as in the CRI."""
+
+    cpu_shares: int = 0
+    cpu_quota: int = 0
+    cpu_period: int = 0
+    memory_limit: int = 0
+    hugepage_limits: Mapping[str, int] = field(default_factory=dict)
+    """Hugepage limits in bytes by resource name; zero limits are left out."""
+
+    @classmethod
+    def from_nri(cls, resources: api.LinuxResources | None) -> ResourceValues:
+        """Read an NRI ``LinuxResources`` (None or unset wrappers read as 0)."""
+        if resources is None:
+            return cls()
+        cpu = resources.cpu if resources.HasField("cpu") else None
+        memory = resources.memory if resources.HasField("memory") else None
+        hugepages: dict[str, int] = {}
+        for limit in resources.hugepage_limits:
+            if limit.limit > 0:
+                name = hugepage_resource(limit.page_size)
+                hugepages[name] = hugepages.get(name, 0) + limit.limit
+        return cls(
+            cpu_shares=cpu.shares.value if cpu is not None and cpu.HasField("shares") else 0,
+            cpu_quota=cpu.quota.value if cpu is not None and cpu.HasField("quota") else 0,
+            cpu_period=cpu.period.value if cpu is not None and cpu.HasField("period") else 0,
+            memory_limit=(
+                memory.limit.value if memory is not None and memory.HasField("limit") else 0
+            ),
+            hugepage_limits=hugepages,
+        )
+
+    @property
+    def cpu_request_millis(self) -> int:
+        """The CPU request the shares were computed from (0 for the kubelet's minimum of 2).
+
+        ``MilliCPUToShares`` truncates ``m * 1024 / 1000``; the smallest request giving these
+        shares is ``ceil(shares * 1000 / 1024)``, which is exact for every request of 3
+        millicores or more (1m and 2m give the minimum shares, read as no request).
+        """
+        if self.cpu_shares <= MIN_SHARES:
+            return 0
+        return -(-self.cpu_shares * 1000 // SHARES_PER_CPU)
+
+    @property
+    def cpu_limit_millis(self) -> int:
+        """The CPU limit behind quota/period (0 when there is no quota)."""
+        if self.cpu_quota <= 0 or self.cpu_period <= 0:
+            return 0
+        return -(-self.cpu_quota * 1000 // self.cpu_period)
+
+    @property
+    def integral_cpus(self) -> int:
+        """n when shares == n*1024 and quota == n*period with n >= 1 (request == limit), else 0."""
+        if self.cpu_shares < SHARES_PER_CPU or self.cpu_shares % SHARES_PER_CPU:
+            return 0
+        n = self.cpu_shares // SHARES_PER_CPU
+        if self.cpu_period <= 0 or self.cpu_quota != n * self.cpu_period:
+            return 0
+        return n
+
+    @property
+    def cpu_guaranteed(self) -> bool:
+        """CPU request equals a non-zero limit."""
+        request = self.cpu_request_millis
+        return request > 0 and request == self.cpu_limit_millis
+
+    def qos(self) -> QOSClass:
+        """The QoS class these values show: Guaranteed needs cpu request == limit and a memory
+        limit (the memory request is not forwarded; it is taken to equal the limit)."""
+        if self.cpu_guaranteed and self.memory_limit > 0:
+            return QOSClass.GUARANTEED
+        if self.cpu_request_millis == 0 and self.cpu_limit_millis == 0 and self.memory_limit == 0:
+            return QOSClass.BEST_EFFORT
+        return QOSClass.BURSTABLE
+
+    def exclusive_cpus(self) -> int:
+        """Whole CPUs for an exclusive slice: integral, request == limit, memory limited."""
+        return self.integral_cpus if self.memory_limit > 0 else 0
+
+    def same_limits(self, other: ResourceValues) -> bool:
+        """True when the CPU quota (as a CPU amount) and memory limit equal ``other``'s."""
+        return (
+            self.cpu_limit_millis == other.cpu_limit_millis
+            and self.memory_limit == other.memory_limit
+            and self.cpu_request_millis == other.cpu_request_millis
+        )
+
+    def requests_and_limits(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Kubernetes-style requests and limits (cpu in millicores, memory in bytes).
+
+        The memory request is taken to equal the memory limit when the CPU is Guaranteed (the
+        only case where it matters: ``IsContainerEquivalentQOSGuaranteed``); hugepages always
+        have request == limit in Kubernetes.
+        """
+        requests: dict[str, int] = {}
+        limits: dict[str, int] = {}
+        if self.cpu_request_millis:
+            requests[CPU] = self.cpu_request_millis
+        if self.cpu_limit_millis:
+            limits[CPU] = self.cpu_limit_millis
+        if self.memory_limit > 0:
+            limits[MEMORY] = self.memory_limit
+            if self.cpu_guaranteed:
+                requests[MEMORY] = self.memory_limit
+        for name, size in self.hugepage_limits.items():
+            requests[name] = size
+            limits[name] = size
+        return requests, limits
+
+
+class PodMode(enum.Enum):
+    """How the plugin treats a pod it knows only from NRI."""
+
+    BUDGET = "budget"
+    """Guaranteed pod with an integral CPU budget: aligned and reserved as one bubble."""
+    CLASSIC = "classic"
+    """Anything else: the kubelet's per-container static-policy rules."""
+
+
+@dataclass(frozen=True)
+class PodIntent:
+    """A pod as inferred at ``RunPodSandbox``: identity, budget and how it is handled."""
+
+    spec: PodSpec
+    """Identity and, for BUDGET pods, the budget as pod-level requests and limits."""
+    budget: ResourceValues
+    qos: QOSClass
+    mode: PodMode
+
+    @property
+    def budget_cpus(self) -> int:
+        """Whole CPUs of the budget (0 unless BUDGET)."""
+        return self.budget.integral_cpus if self.mode is PodMode.BUDGET else 0
+
+
+def pod_identity(pod: api.PodSandbox) -> tuple[str, str, str]:
+    """(uid, namespace, name) of a sandbox; the sandbox id stands in for a missing uid."""
+    return (pod.uid or pod.id, pod.namespace or "default", pod.name)
+
+
+def pod_intent(pod: api.PodSandbox) -> PodIntent:
+    """Infer a pod's budget, QoS and mode from ``PodSandbox.linux.pod_resources``.
+
+    The kubelet fills ``pod_resources`` for every pod: the pod-level resources when set, the
+    containers' aggregate otherwise. A Guaranteed budget with a whole number of CPUs is treated
+    as pod-level (BUDGET); a non-integral or non-Guaranteed one falls back to CLASSIC.
+    """
+    uid, namespace, name = pod_identity(pod)
+    has_resources = pod.HasField("linux") and pod.linux.HasField("pod_resources")
+    budget = ResourceValues.from_nri(pod.linux.pod_resources if has_resources else None)
+    qos = budget.qos()
+    mode = PodMode.CLASSIC
+    if qos is QOSClass.GUARANTEED and budget.integral_cpus > 0:
+        mode = PodMode.BUDGET
+    if mode is PodMode.BUDGET:
+        requests, limits = budget.requests_and_limits()
+        spec = PodSpec(uid=uid, namespace=namespace, name=name, requests=requests, limits=limits)
+    else:
+        spec = PodSpec(uid=uid, namespace=namespace, name=name)
+    return PodIntent(spec=spec, budget=budget, qos=qos, mode=mode)
+
+
+def container_resources(container: api.Container) -> ResourceValues:
+    """The container's forwarded resources."""
+    if container.HasField("linux") and container.linux.HasField("resources"):
+        return ResourceValues.from_nri(container.linux.resources)
+    return ResourceValues()
+
+
+def container_spec(intent: PodIntent, container: api.Container) -> ContainerSpec:
+    """The engine's view of a container, kind unknown (NRI does not tell; taken as APP).
+
+    Inside a BUDGET pod, a container whose CPU and memory values equal the pod's is taken as one
+    without container-level resources: the kubelet copies the pod's limits into such containers.
+    """
+    values = container_resources(container)
+    if intent.mode is PodMode.BUDGET and values.same_limits(intent.budget):
+        return ContainerSpec(name=container.name)
+    requests, limits = values.requests_and_limits()
+    return ContainerSpec(name=container.name, requests=requests, limits=limits)
