@@ -12,8 +12,16 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from nri_plrm.engine.types import CPU, HUGEPAGES_PREFIX, MEMORY, ContainerSpec, PodSpec
+from nri_plrm.engine.types import (
+    CPU,
+    HUGEPAGES_PREFIX,
+    MEMORY,
+    ContainerKind,
+    ContainerSpec,
+    PodSpec,
+)
 from nri_plrm.proto import nri_api_pb2 as api
 
 SHARES_PER_CPU = 1024
@@ -235,3 +243,86 @@ def container_spec(intent: PodIntent, container: api.Container) -> ContainerSpec
         return ContainerSpec(name=container.name)
     requests, limits = values.requests_and_limits()
     return ContainerSpec(name=container.name, requests=requests, limits=limits)
+
+
+def _container_to_dict(c: ContainerSpec) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "kind": c.kind.value,
+        "requests": dict(c.requests),
+        "limits": dict(c.limits),
+    }
+
+
+def _container_from_dict(d: Mapping[str, Any]) -> ContainerSpec:
+    return ContainerSpec(
+        name=str(d["name"]),
+        kind=ContainerKind(d.get("kind", ContainerKind.APP.value)),
+        requests={str(k): int(v) for k, v in d.get("requests", {}).items()},
+        limits={str(k): int(v) for k, v in d.get("limits", {}).items()},
+    )
+
+
+def spec_to_dict(spec: PodSpec) -> dict[str, Any]:
+    """A JSON-able form of a ``PodSpec`` (for the checkpoint)."""
+    return {
+        "uid": spec.uid,
+        "namespace": spec.namespace,
+        "name": spec.name,
+        "init_containers": [_container_to_dict(c) for c in spec.init_containers],
+        "containers": [_container_to_dict(c) for c in spec.containers],
+        "requests": None if spec.requests is None else dict(spec.requests),
+        "limits": None if spec.limits is None else dict(spec.limits),
+    }
+
+
+def spec_from_dict(d: Mapping[str, Any]) -> PodSpec:
+    """The inverse of :func:`spec_to_dict`; unknown keys are ignored."""
+
+    def resources(value: Any) -> dict[str, int] | None:
+        return None if value is None else {str(k): int(v) for k, v in value.items()}
+
+    return PodSpec(
+        uid=str(d["uid"]),
+        namespace=str(d.get("namespace", "default")),
+        name=str(d.get("name", "")),
+        init_containers=tuple(_container_from_dict(c) for c in d.get("init_containers", ())),
+        containers=tuple(_container_from_dict(c) for c in d.get("containers", ())),
+        requests=resources(d.get("requests")),
+        limits=resources(d.get("limits")),
+    )
+
+
+def intent_to_dict(intent: PodIntent) -> dict[str, Any]:
+    """A JSON-able form of a ``PodIntent`` (for the checkpoint)."""
+    b = intent.budget
+    return {
+        "spec": spec_to_dict(intent.spec),
+        "mode": intent.mode.value,
+        "qos": intent.qos.value,
+        "budget": {
+            "cpu_shares": b.cpu_shares,
+            "cpu_quota": b.cpu_quota,
+            "cpu_period": b.cpu_period,
+            "memory_limit": b.memory_limit,
+            "hugepage_limits": dict(b.hugepage_limits),
+        },
+    }
+
+
+def intent_from_dict(d: Mapping[str, Any]) -> PodIntent:
+    """The inverse of :func:`intent_to_dict`; unknown keys are ignored."""
+    b = d.get("budget", {})
+    budget = ResourceValues(
+        cpu_shares=int(b.get("cpu_shares", 0)),
+        cpu_quota=int(b.get("cpu_quota", 0)),
+        cpu_period=int(b.get("cpu_period", 0)),
+        memory_limit=int(b.get("memory_limit", 0)),
+        hugepage_limits={str(k): int(v) for k, v in b.get("hugepage_limits", {}).items()},
+    )
+    return PodIntent(
+        spec=spec_from_dict(d["spec"]),
+        budget=budget,
+        qos=QOSClass(d.get("qos", budget.qos().value)),
+        mode=PodMode(d.get("mode", PodMode.CLASSIC.value)),
+    )

@@ -1,0 +1,643 @@
+"""The NRI handlers: pods and containers in, pinned cpusets out, every decision checkpointed.
+
+``Plugin`` implements the wire layer's ``Handlers`` contract (``nri_plrm.nri.stub``). It turns
+NRI events into engine calls (whole-pod mode when a ``PodSpecSource`` knows the pod, NRI-only
+inference otherwise, see ``docs/design.md``), saves every decision with the checkpoint store
+before the reply that applies it, answers with adjustments and updates, and sends pool growth
+after removals with an asynchronous ``UpdateContainers`` (never from inside a handler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.types import (
+    AdmissionError,
+    AssignmentType,
+    ContainerAssignment,
+    MemoryBlock,
+    PodSpec,
+)
+from nri_plrm.intent import (
+    IntentError,
+    PodIntent,
+    container_spec,
+    intent_from_dict,
+    intent_to_dict,
+    pod_identity,
+    pod_intent,
+    spec_from_dict,
+    spec_to_dict,
+)
+from nri_plrm.nri.stub import NRIError
+from nri_plrm.podsource.base import PodSpecSource
+from nri_plrm.proto import nri_api_pb2 as api
+
+CHECKPOINT_LAYOUT = 1
+"""Version of the plugin's part of the checkpoint ``data`` (the store versions the file)."""
+
+Changes = Mapping[tuple[str, str], ContainerAssignment]
+"""Other containers whose assignment changed, by (pod uid, container name)."""
+
+UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
+"""Sends an unsolicited ``UpdateContainers`` (the stub's ``update_containers``)."""
+
+
+class AllocationEngine(Protocol):
+    """What the plugin needs of ``nri_plrm.engine.engine.Engine``."""
+
+    def admit_pod(self, pod: PodSpec) -> Mapping[str, ContainerAssignment]: ...
+    def admit_sandbox(self, pod: PodSpec) -> Any: ...
+    def add_container(
+        self, pod: PodSpec, container: Any
+    ) -> tuple[ContainerAssignment, Changes]: ...
+    def stop_container(self, pod_uid: str, name: str) -> Changes: ...
+    def remove_container(self, pod_uid: str, name: str) -> Changes: ...
+    def remove_pod(self, pod_uid: str) -> Changes: ...
+    def assignment(self, pod_uid: str, name: str) -> ContainerAssignment | None: ...
+    def node_shared_pool(self) -> CPUSet: ...
+    def pod_cpus(self, pod_uid: str) -> CPUSet | None: ...
+    def pod_memory(self, pod_uid: str) -> Sequence[MemoryBlock]: ...
+    def allocatable(self) -> Any: ...
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+EngineRestorer = Callable[[Mapping[str, Any]], AllocationEngine]
+"""Builds an engine from a snapshot (``Engine.restore`` bound to topology and config)."""
+
+
+@dataclass
+class ContainerView:
+    """A container as reported to PodResources and ``nri-plrm state``."""
+
+    name: str
+    container_id: str
+    assignment: ContainerAssignment | None
+
+
+@dataclass
+class PodView:
+    """A pod as reported to PodResources and ``nri-plrm state``."""
+
+    uid: str
+    namespace: str
+    name: str
+    pod_cpus: CPUSet
+    """The pod's reserved CPUs (the bubble); empty when it has none."""
+    pod_memory: tuple[MemoryBlock, ...]
+    containers: list[ContainerView]
+
+
+@dataclass
+class _Pod:
+    intent: PodIntent
+    sandbox_id: str
+    spec: PodSpec | None = None
+    """The full spec in whole-pod mode; None in NRI-only mode."""
+    managed: bool = True
+    """False for an existing pod that could not be placed at adoption (left alone)."""
+    containers: dict[str, str] = field(default_factory=dict)
+    """Container name -> container id, in creation order."""
+
+    @property
+    def uid(self) -> str:
+        return self.intent.spec.uid
+
+    def label(self) -> str:
+        return f"{self.intent.spec.namespace}/{self.intent.spec.name}"
+
+
+class Plugin:
+    """NRI handlers deciding CPU and memory placement through the allocation engine.
+
+    ``engine`` makes the decisions; ``store`` (optional) persists them; ``pod_specs`` (optional)
+    gives full pod specs for the kubelet-exact whole-pod mode; ``metrics`` (optional) is
+    ``nri_plrm.metrics.Metrics``; ``restore_engine`` rebuilds an engine from a snapshot (needed
+    to roll a decision back when its checkpoint write fails, and to restore at start-up).
+    """
+
+    def __init__(
+        self,
+        engine: AllocationEngine,
+        *,
+        store: CheckpointStore | None = None,
+        pod_specs: PodSpecSource | None = None,
+        metrics: Any = None,
+        logger: logging.Logger | None = None,
+        kubelet_state_path: str | None = None,
+        restore_engine: EngineRestorer | None = None,
+        lookup_timeout: float = 0.5,
+    ) -> None:
+        self.engine = engine
+        self.store = store
+        self.pod_specs = pod_specs
+        self.metrics = metrics
+        self.log = logger or logging.getLogger("nri_plrm.plugin")
+        self.kubelet_state_path = kubelet_state_path
+        self.restore_engine = restore_engine
+        self.lookup_timeout = lookup_timeout
+        self.runtime = ("", "")
+        self._pods: dict[str, _Pod] = {}
+        self._ids: dict[str, tuple[str, str]] = {}
+        self._saved: dict[str, Any] | None = None
+        self._dirty = False
+        self._sender: UpdateSender | None = None
+        self._pending: set[tuple[str, str]] = set()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._sync_pods: list[api.PodSandbox] = []
+
+    # ----------------------------------------------------------------- wiring and state
+
+    def attach(self, sender: UpdateSender | None) -> None:
+        """Set the function that sends unsolicited updates (the stub's ``update_containers``)."""
+        self._sender = sender
+
+    def state(self) -> dict[str, Any]:
+        """The checkpoint ``data``: the engine's snapshot and the plugin's tables."""
+        pods = {
+            uid: {
+                "intent": intent_to_dict(p.intent),
+                "sandbox_id": p.sandbox_id,
+                "spec": None if p.spec is None else spec_to_dict(p.spec),
+                "managed": p.managed,
+                "containers": [[name, cid] for name, cid in p.containers.items()],
+            }
+            for uid, p in self._pods.items()
+        }
+        return {
+            "engine": self.engine.snapshot(),
+            "plugin": {"layout": CHECKPOINT_LAYOUT, "pods": pods},
+        }
+
+    def load_state(self, data: Mapping[str, Any]) -> None:
+        """Adopt checkpoint ``data`` (engine through ``restore_engine``; unknown keys ignored)."""
+        if self.restore_engine is None:
+            raise ValueError("load_state: the plugin was built without restore_engine")
+        self.engine = self.restore_engine(data["engine"])
+        pods: dict[str, _Pod] = {}
+        ids: dict[str, tuple[str, str]] = {}
+        for uid, entry in data.get("plugin", {}).get("pods", {}).items():
+            spec = entry.get("spec")
+            pod = _Pod(
+                intent=intent_from_dict(entry["intent"]),
+                sandbox_id=str(entry.get("sandbox_id", "")),
+                spec=None if spec is None else spec_from_dict(spec),
+                managed=bool(entry.get("managed", True)),
+            )
+            for name, cid in entry.get("containers", []):
+                pod.containers[str(name)] = str(cid)
+                ids[str(cid)] = (uid, str(name))
+            pods[uid] = pod
+        self._pods = pods
+        self._ids = ids
+        self._saved = dict(data)
+
+    def restore(self) -> str | None:
+        """Load the checkpoint from the store at start-up; returns the problem text, if any.
+
+        A missing file leaves the plugin empty; a corrupt one is kept aside by the store, logged,
+        counted, and the plugin starts empty (Synchronize then adopts what the runtime reports).
+        """
+        if self.store is None:
+            return None
+        result = self.store.load()
+        if result.problem is not None:
+            self.log.error(
+                "checkpoint unusable, rebuilding from the runtime: %s",
+                result.problem,
+                extra={"plrm": {"event": "checkpoint", "problem": result.problem.kind}},
+            )
+            self._metric("checkpoint_corrupt", result.problem.kind)
+            return str(result.problem)
+        if result.data is None:
+            return None
+        try:
+            self.load_state(result.data)
+        except (KeyError, TypeError, ValueError) as exc:
+            self.log.error(
+                "checkpoint %s has unusable contents, rebuilding: %s", self.store.path, exc
+            )
+            self._metric("checkpoint_corrupt", "bad-contents")
+            return f"checkpoint {self.store.path}: unusable contents: {exc}"
+        self.log.info(
+            "restored %d pods and %d containers from %s",
+            len(self._pods),
+            len(self._ids),
+            self.store.path,
+        )
+        return None
+
+    def _save(self) -> None:
+        """Persist the current state; on failure roll back to the last saved state and raise."""
+        if self.store is None:
+            return
+        data = self.state()
+        start = time.perf_counter()
+        try:
+            self.store.save(data)
+        except CheckpointError as exc:
+            self._metric("checkpoint_write", False, time.perf_counter() - start)
+            self._rollback()
+            raise NRIError(f"decision not applied: {exc}") from exc
+        self._metric("checkpoint_write", True, time.perf_counter() - start)
+        self._saved = data
+        self._dirty = False
+
+    def _save_release(self) -> None:
+        """Persist a release; a failed write is logged and retried with the next decision."""
+        if self.store is None:
+            return
+        data = self.state()
+        start = time.perf_counter()
+        try:
+            self.store.save(data)
+        except CheckpointError as exc:
+            self._metric("checkpoint_write", False, time.perf_counter() - start)
+            self._dirty = True
+            self.log.error("release kept in memory only, will be written with the next: %s", exc)
+            return
+        self._metric("checkpoint_write", True, time.perf_counter() - start)
+        self._saved = data
+        self._dirty = False
+
+    def _rollback(self) -> None:
+        if self._saved is not None and self.restore_engine is not None:
+            self.load_state(self._saved)
+        elif self.restore_engine is not None:
+            self.engine = self.restore_engine({})
+            self._pods.clear()
+            self._ids.clear()
+
+    # ----------------------------------------------------------------- views
+
+    def pods(self) -> list[PodView]:
+        """Every managed pod with its containers and their assignments (creation order)."""
+        out: list[PodView] = []
+        for uid, pod in self._pods.items():
+            containers = [
+                ContainerView(name, cid, self.engine.assignment(uid, name))
+                for name, cid in pod.containers.items()
+            ]
+            out.append(
+                PodView(
+                    uid=uid,
+                    namespace=pod.intent.spec.namespace,
+                    name=pod.intent.spec.name,
+                    pod_cpus=self.engine.pod_cpus(uid) or CPUSet(),
+                    pod_memory=tuple(self.engine.pod_memory(uid) or ()),
+                    containers=containers,
+                )
+            )
+        return out
+
+    def allocatable(self) -> Any:
+        """The engine's allocatable CPUs and memory (PodResources ``GetAllocatableResources``)."""
+        return self.engine.allocatable()
+
+    # ----------------------------------------------------------------- NRI handlers
+
+    def configure(self, config: str, runtime_name: str, runtime_version: str) -> None:
+        """Remember the runtime; the plugin takes its settings from its own file, not NRI."""
+        self.runtime = (runtime_name, runtime_version)
+        self.log.info("configured by %s %s", runtime_name, runtime_version)
+
+    async def run_pod_sandbox(self, pod: api.PodSandbox) -> None:
+        """Admit the pod: reserve its budget (scope pod) or fail the sandbox like the kubelet."""
+        uid, namespace, name = pod_identity(pod)
+        if uid in self._pods:
+            return
+        spec = await self._lookup(uid, namespace, name)
+        try:
+            intent = pod_intent(pod)
+        except IntentError as exc:
+            raise NRIError(f"pod {namespace}/{name}: {exc}") from exc
+        record = _Pod(intent=intent, sandbox_id=pod.id, spec=spec)
+        try:
+            if spec is not None:
+                self.engine.admit_pod(spec)
+            else:
+                self.engine.admit_sandbox(intent.spec)
+        except AdmissionError as err:
+            self._metric("admission_rejected", err.reason)
+            self._decision_log(record, "", None, f"rejected {err.reason}: {err.message}")
+            raise NRIError(f"{err.reason}: {err.message}") from err
+        self._pods[uid] = record
+        self._save()
+        cpus = self.engine.pod_cpus(uid)
+        self.log.info(
+            "pod=%s uid=%s admitted mode=%s budget_cpus=%d pod_cpus=%s",
+            record.label(),
+            uid,
+            "spec" if spec is not None else intent.mode.value,
+            intent.budget_cpus,
+            cpus if cpus else "-",
+            extra={"plrm": {"event": "admit", "pod": record.label(), "uid": uid}},
+        )
+
+    async def create_container(
+        self, pod: api.PodSandbox, container: api.Container
+    ) -> tuple[api.ContainerAdjustment | None, list[api.ContainerUpdate]]:
+        """Decide the container's cpuset; adjust it and update containers whose pool shrank."""
+        record = self._pods.get(pod_identity(pod)[0])
+        if record is None:
+            await self.run_pod_sandbox(pod)
+            record = self._pods[pod_identity(pod)[0]]
+        if not record.managed:
+            return None, []
+        assignment, changes = self._place(record, container)
+        self._save()
+        adjust = api.ContainerAdjustment()
+        _fill_resources(adjust.linux.resources, assignment)
+        updates = self._updates(changes, exclude=container.id)
+        return adjust, updates
+
+    def update_container(
+        self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
+    ) -> list[api.ContainerUpdate]:
+        """Re-assert the container's pinning over what the kubelet asked for."""
+        key = self._ids.get(container.id)
+        if key is None:
+            return []
+        assignment = self.engine.assignment(*key)
+        if assignment is None:
+            return []
+        return [_update(container.id, assignment)]
+
+    def stop_container(
+        self, pod: api.PodSandbox, container: api.Container
+    ) -> list[api.ContainerUpdate]:
+        """The container exited (maybe reported twice): its exclusive slice becomes reusable."""
+        key = self._ids.get(container.id)
+        if key is None:
+            return []
+        changes = self.engine.stop_container(*key)
+        self._save_release()
+        return self._updates(changes, exclude=container.id)
+
+    def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None:
+        """Release the container per the kubelet's rules; grown pools are sent asynchronously."""
+        key = self._ids.pop(container.id, None)
+        if key is None:
+            return
+        uid, name = key
+        record = self._pods.get(uid)
+        if record is not None and record.containers.get(name) == container.id:
+            del record.containers[name]
+        changes = self.engine.remove_container(uid, name)
+        self._save_release()
+        self._schedule(changes)
+
+    def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
+        """Release everything the pod holds; grown pools are sent asynchronously."""
+        uid = pod_identity(pod)[0]
+        record = self._pods.pop(uid, None)
+        if record is None:
+            return
+        for cid in record.containers.values():
+            self._ids.pop(cid, None)
+        changes = self.engine.remove_pod(uid)
+        self._save_release()
+        self.log.info(
+            "pod=%s uid=%s released",
+            record.label(),
+            uid,
+            extra={"plrm": {"event": "release", "pod": record.label(), "uid": uid}},
+        )
+        self._schedule(changes)
+
+    async def synchronize(
+        self, pods: list[api.PodSandbox], containers: list[api.Container]
+    ) -> list[api.ContainerUpdate]:
+        """Reconcile the restored state with what the runtime reports (docs/design.md §5)."""
+        reported_pods = {pod_identity(p)[0]: p for p in pods}
+        by_sandbox = {p.id: p for p in pods}
+        reported_ids = {c.id for c in containers}
+        for uid in [u for u in self._pods if u not in reported_pods]:
+            self.remove_pod_sandbox(_sandbox_of(self._pods[uid]))
+        for cid, (uid, name) in list(self._ids.items()):
+            if cid not in reported_ids:
+                self.remove_container(reported_pods[uid], api.Container(id=cid, name=name))
+        for uid, sandbox in reported_pods.items():
+            if uid not in self._pods:
+                await self._adopt_pod(sandbox)
+        updates: list[api.ContainerUpdate] = []
+        for ctr in sorted(containers, key=lambda c: c.created_at):
+            owner = by_sandbox.get(ctr.pod_sandbox_id)
+            if owner is None:
+                continue
+            record = self._pods.get(pod_identity(owner)[0])
+            if record is None or not record.managed:
+                continue
+            if ctr.id not in self._ids:
+                self._adopt_container(record, ctr)
+        for ctr in containers:
+            key = self._ids.get(ctr.id)
+            if key is None:
+                continue
+            assignment = self.engine.assignment(*key)
+            if assignment is not None and not _matches(ctr, assignment):
+                updates.append(_update(ctr.id, assignment))
+                self._metric("reconcile_corrected")
+        self._save()
+        self._pending.clear()
+        return updates
+
+    def on_disconnect(self) -> None:
+        """Connection lost: pending pool updates are dropped (the next Synchronize redoes them)."""
+        self._pending.clear()
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+            self._flush_task = None
+
+    # ----------------------------------------------------------------- internals
+
+    async def _lookup(self, uid: str, namespace: str, name: str) -> PodSpec | None:
+        source = self.pod_specs
+        if source is None or not source.available:
+            return None
+        return await source.lookup(uid, namespace, name, self.lookup_timeout)
+
+    def _place(self, record: _Pod, container: api.Container) -> tuple[ContainerAssignment, Changes]:
+        uid = record.uid
+        name = container.name
+        previous = record.containers.get(name)
+        if previous is not None and previous != container.id:
+            self._ids.pop(previous, None)
+        record.containers[name] = container.id
+        self._ids[container.id] = (uid, name)
+        try:
+            if record.spec is not None and record.spec.container(name) is not None:
+                assignment = self.engine.assignment(uid, name)
+                if assignment is None:
+                    assignment, changes = self.engine.add_container(
+                        record.spec, record.spec.container(name)
+                    )
+                else:
+                    changes = {}
+            else:
+                cspec = container_spec(record.intent, container)
+                assignment, changes = self.engine.add_container(record.intent.spec, cspec)
+        except (AdmissionError, IntentError) as err:
+            del record.containers[name]
+            self._ids.pop(container.id, None)
+            reason = err.reason if isinstance(err, AdmissionError) else "InvalidResources"
+            self._metric("allocation_error", reason)
+            self._decision_log(record, name, None, f"rejected {reason}: {err}")
+            raise NRIError(f"pod {record.label()} container {name}: {reason}: {err}") from err
+        self._metric("assignment", assignment.assignment.value)
+        self._decision_log(record, name, assignment, _reason(assignment))
+        return assignment, changes
+
+    async def _adopt_pod(self, pod: api.PodSandbox) -> None:
+        try:
+            await self.run_pod_sandbox(pod)
+        except NRIError as exc:
+            uid = pod_identity(pod)[0]
+            self._pods[uid] = _Pod(intent=pod_intent(pod), sandbox_id=pod.id, managed=False)
+            self.log.warning(
+                "pod=%s/%s uid=%s exists but cannot be placed, left unmanaged: %s",
+                pod.namespace,
+                pod.name,
+                uid,
+                exc,
+            )
+
+    def _adopt_container(self, record: _Pod, ctr: api.Container) -> None:
+        try:
+            self._place(record, ctr)
+        except NRIError as exc:
+            self.log.warning("container %s left unpinned at adoption: %s", ctr.id, exc)
+            return
+        self._metric("adopted")
+
+    def _updates(self, changes: Changes, *, exclude: str) -> list[api.ContainerUpdate]:
+        updates = []
+        for (uid, name), assignment in changes.items():
+            record = self._pods.get(uid)
+            cid = record.containers.get(name) if record is not None else None
+            if cid is not None and cid != exclude:
+                updates.append(_update(cid, assignment))
+        return updates
+
+    def _schedule(self, changes: Changes) -> None:
+        if not changes or self._sender is None:
+            return
+        self._pending.update(changes.keys())
+        if self._flush_task is None or self._flush_task.done():
+            with contextlib.suppress(RuntimeError):
+                self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        """Send queued pool updates with each container's current assignment."""
+        await asyncio.sleep(0)
+        while self._pending and self._sender is not None:
+            keys, self._pending = self._pending, set()
+            updates = []
+            for uid, name in sorted(keys):
+                record = self._pods.get(uid)
+                cid = record.containers.get(name) if record is not None else None
+                assignment = self.engine.assignment(uid, name)
+                if cid is not None and assignment is not None:
+                    updates.append(_update(cid, assignment))
+            if not updates:
+                continue
+            try:
+                failed = await self._sender(updates)
+            except Exception as exc:  # the runtime reports failures without details
+                self.log.warning("pool update of %d containers failed: %s", len(updates), exc)
+                continue
+            if failed:
+                self.log.warning("pool update failed for %d containers", len(failed))
+
+    async def drain(self) -> None:
+        """Wait until queued pool updates have been sent (tests, shutdown)."""
+        while self._flush_task is not None and not self._flush_task.done():
+            await asyncio.shield(self._flush_task)
+
+    def _decision_log(
+        self, record: _Pod, container: str, assignment: ContainerAssignment | None, reason: str
+    ) -> None:
+        cpus = str(assignment.cpus) if assignment is not None else "-"
+        mems = str(assignment.mems) if assignment is not None and assignment.mems else "-"
+        self.log.info(
+            "decision pod=%s container=%s cpus=%s mems=%s reason=%s",
+            record.label(),
+            container or "-",
+            cpus,
+            mems,
+            reason,
+            extra={
+                "plrm": {
+                    "event": "decision",
+                    "pod": record.label(),
+                    "uid": record.uid,
+                    "container": container,
+                    "cpus": cpus,
+                    "mems": mems,
+                    "reason": reason,
+                }
+            },
+        )
+
+    def _metric(self, name: str, *args: Any) -> None:
+        hook = getattr(self.metrics, "plugin_" + name, None) if self.metrics else None
+        if hook is not None:
+            hook(*args)
+
+
+def _sandbox_of(record: _Pod) -> api.PodSandbox:
+    spec = record.intent.spec
+    return api.PodSandbox(
+        id=record.sandbox_id, uid=spec.uid, namespace=spec.namespace, name=spec.name
+    )
+
+
+def _reason(assignment: ContainerAssignment) -> str:
+    return {
+        AssignmentType.NODE_EXCLUSIVE: "exclusive slice from the node",
+        AssignmentType.POD_EXCLUSIVE: "exclusive slice from the pod budget",
+        AssignmentType.POD_SHARED: "pod shared pool",
+        AssignmentType.NODE_SHARED: "node shared pool",
+    }[assignment.assignment]
+
+
+def _fill_resources(res: api.LinuxResources, assignment: ContainerAssignment) -> None:
+    res.cpu.cpus = str(assignment.cpus)
+    if assignment.mems:
+        res.cpu.mems = str(assignment.mems)
+    if assignment.exclusive:
+        res.cpu.quota.value = -1
+
+
+def _update(container_id: str, assignment: ContainerAssignment) -> api.ContainerUpdate:
+    update = api.ContainerUpdate(container_id=container_id)
+    _fill_resources(update.linux.resources, assignment)
+    return update
+
+
+def _matches(ctr: api.Container, assignment: ContainerAssignment) -> bool:
+    """True when the container already runs with the decided cpus (and mems, when pinned)."""
+    if not (ctr.HasField("linux") and ctr.linux.HasField("resources")):
+        return False
+    cpu = ctr.linux.resources.cpu
+    try:
+        if CPUSet.parse(cpu.cpus) != assignment.cpus:
+            return False
+        if assignment.mems and CPUSet.parse(cpu.mems) != assignment.mems:
+            return False
+    except ValueError:
+        return False
+    return not (assignment.exclusive and not (cpu.HasField("quota") and cpu.quota.value == -1))
+
+
+def known_ids(plugin: Plugin) -> Iterable[str]:
+    """Container ids the plugin tracks (for tests and ``state``)."""
+    return plugin._ids.keys()
