@@ -27,7 +27,6 @@ One process writes a state directory at a time (the daemon); concurrent writers 
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import json
@@ -37,6 +36,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from nri_plrm.checkpoint.atomic import open_dir, write_at
 
 CURRENT_VERSION = 1
 """The layout version this plugin writes."""
@@ -173,7 +174,7 @@ class CheckpointStore:
         try:
             if self._migrated_from is not None:
                 self._keep_old_version(dfd, self._migrated_from)
-            self._write_atomic(dfd, self.filename, payload)
+            write_at(dfd, self.filename, payload, 0o600)
             self._migrated_from = None
         except OSError as exc:
             raise CheckpointError(f"checkpoint {self.path}: write failed: {exc}") from exc
@@ -184,18 +185,14 @@ class CheckpointStore:
     def _open_dir(self) -> int:
         path = self.directory
         try:
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise CheckpointError(f"state directory {path}: cannot create it: {exc}") from exc
-        try:
-            dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            dfd = open_dir(path, 0o700)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise CheckpointError(
                     f"state directory {path}: is a symlink or not a directory; "
                     "it must be a real directory"
                 ) from exc
-            raise CheckpointError(f"state directory {path}: cannot open it: {exc}") from exc
+            raise CheckpointError(f"state directory {path}: cannot use it: {exc}") from exc
         try:
             st = os.fstat(dfd)
             if st.st_uid != os.geteuid():
@@ -329,24 +326,4 @@ class CheckpointStore:
             content = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
         finally:
             os.close(fd)
-        self._write_atomic(dfd, f"{self.filename}.v{version}", content)
-
-    def _write_atomic(self, dfd: int, name: str, payload: bytes) -> None:
-        tmp = f".{name}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dfd)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
-        try:
-            view = memoryview(payload)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp, dir_fd=dfd)
-            raise
-        os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        os.fsync(dfd)
+        write_at(dfd, f"{self.filename}.v{version}", content, 0o600)

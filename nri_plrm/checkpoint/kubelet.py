@@ -1,0 +1,691 @@
+"""The kubelet's own state files: ``cpu_manager_state`` and ``memory_manager_state``.
+
+Writers produce byte-exact kubelet files, so tools that read the kubelet's checkpoints can read
+the plugin's decisions:
+
+- CPU: ``v2`` (kubelet 1.18 to 1.35) or ``v4`` (1.37: the V2 fields inline, carrying the legacy
+  V2 checksum, plus ``data`` = JSON of the full state including ``podEntries`` and
+  ``dataChecksum``). A 1.36 kubelet or an older tool reads the V2 part and loses only the pod
+  entries.
+- Memory: ``v1`` (up to 1.35) or ``v3`` (1.37: V1 inline plus ``data``/``dataChecksum``).
+
+Checksums are the kubelet's: FNV-1a 32 over go-spew's ``%#v`` rendering of the checkpoint struct
+(``SortKeys``, no pointer addresses, no capacities), with the legacy type names
+``CPUManagerCheckpoint`` / ``MemoryManagerCheckpoint`` for the inline parts, and over
+``(string)<data>`` for ``dataChecksum``. JSON is Go's ``encoding/json``: declaration-order
+fields, sorted map keys, ``<``, ``>``, ``&`` escaped.
+
+Readers accept what a 1.37 kubelet accepts (V4/V3/V2 for CPU, V3/V1 for memory, JSON keys matched
+case-insensitively) and raise :class:`KubeletCheckpointError` with the kubelet's wording.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nri_plrm.checkpoint.atomic import write_atomic
+from nri_plrm.cpuset import CPUSet, CPUSetError
+from nri_plrm.engine.types import MemoryBlock
+
+CPU_MANAGER_STATE_FILE = "cpu_manager_state"
+MEMORY_MANAGER_STATE_FILE = "memory_manager_state"
+CPU_FORMATS = ("v2", "v4")
+MEMORY_FORMATS = ("v1", "v3")
+
+_LEGACY_CPU_TYPE = "CPUManagerCheckpoint"
+_V3_CPU_TYPE = "CPUManagerCheckpointV3"
+_LEGACY_MEMORY_TYPE = "MemoryManagerCheckpoint"
+
+
+class KubeletCheckpointError(ValueError):
+    """A kubelet checkpoint that a kubelet would refuse (message in the kubelet's words)."""
+
+
+@dataclass(frozen=True)
+class CPUManagerState:
+    """The CPU manager's checkpointed state (``state.CPUManagerCheckpointData``)."""
+
+    policy_name: str
+    default_cpuset: CPUSet
+    entries: Mapping[str, Mapping[str, CPUSet]] = field(default_factory=dict)
+    """Pod UID -> container name -> cpuset."""
+    pod_entries: Mapping[str, CPUSet] = field(default_factory=dict)
+    """Pod UID -> the pod's whole allocation (pod-level pods only)."""
+
+
+@dataclass(frozen=True)
+class MemoryTable:
+    """One resource type on one NUMA node, in bytes (``state.MemoryTable``)."""
+
+    total: int
+    system_reserved: int
+    allocatable: int
+    reserved: int
+    free: int
+
+
+@dataclass(frozen=True)
+class NUMANodeState:
+    """One NUMA node of the memory manager's machine state (``state.NUMANodeState``)."""
+
+    number_of_assignments: int
+    memory_map: Mapping[str, MemoryTable]
+    cells: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MemoryManagerState:
+    """The memory manager's checkpointed state (``state.MemoryManagerCheckpointData``)."""
+
+    policy_name: str
+    machine_state: Mapping[int, NUMANodeState]
+    entries: Mapping[str, Mapping[str, Sequence[MemoryBlock]]] = field(default_factory=dict)
+    pod_entries: Mapping[str, Sequence[MemoryBlock]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DecodedCPUState:
+    """A CPU manager file as read: the state and the format it was in."""
+
+    state: CPUManagerState
+    format: str
+    """``v2``, ``v3`` or ``v4``."""
+
+
+@dataclass(frozen=True)
+class DecodedMemoryState:
+    """A memory manager file as read: the state and the format it was in."""
+
+    state: MemoryManagerState
+    format: str
+    """``v1`` or ``v3``."""
+
+
+# --- checksum primitives -------------------------------------------------------------------
+
+
+def fnv1a_32(data: bytes) -> int:
+    """32-bit FNV-1a of ``data``."""
+    h = 0x811C9DC5
+    for byte in data:
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def string_checksum(text: str) -> int:
+    """The kubelet's ``checksum.New(text)`` for a string: FNV-1a 32 of ``(string)<text>``."""
+    return fnv1a_32(("(string)" + text).encode("utf-8"))
+
+
+def _spew_map(items: Iterable[tuple[str, str]]) -> str:
+    return "map[" + " ".join(f"{k}:{v}" for k, v in items) + "]"
+
+
+def _spew_cpuset(cpus: CPUSet) -> str:
+    elems = _spew_map((str(c), "{}") for c in cpus.sorted())
+    return "(cpuset.CPUSet){elems:(map[int]struct {})" + elems + "}"
+
+
+def _spew_entries(entries: Mapping[str, Mapping[str, str]] | None) -> str:
+    if entries is None:
+        return "<nil>"
+    return _spew_map((pod, _spew_map(sorted(entries[pod].items()))) for pod in sorted(entries))
+
+
+def _entry_texts(entries: Mapping[str, Mapping[str, CPUSet]]) -> dict[str, dict[str, str]]:
+    return {pod: {n: str(c) for n, c in cs.items()} for pod, cs in entries.items()}
+
+
+def cpu_hash_text(
+    policy: str,
+    default_cpuset: str,
+    entries: Mapping[str, Mapping[str, str]] | None,
+    pod_entries: Mapping[str, CPUSet] | None = None,
+    *,
+    type_name: str = _LEGACY_CPU_TYPE,
+) -> str:
+    """go-spew ``%#v`` text of the V2 struct, or of the V3 struct when ``pod_entries`` is given.
+
+    The cpuset fields are strings in the struct, so they are hashed exactly as stored. ``entries``
+    None renders Go's nil map (``<nil>``); the kubelet itself always hashes an allocated map.
+    """
+    text = (
+        f"(*state.{type_name}){{PolicyName:(string){policy} "
+        f"DefaultCPUSet:(string){default_cpuset} "
+        f"Entries:(map[string]map[string]string){_spew_entries(entries)} "
+    )
+    if pod_entries is not None:
+        pods = _spew_map(
+            (pod, "{CPUSet:" + _spew_cpuset(pod_entries[pod]) + "}") for pod in sorted(pod_entries)
+        )
+        text += f"PodEntries:(state.PodCPUAssignments){pods} "
+    return text + "Checksum:(checksum.Checksum)0}"
+
+
+def cpu_checkpoint_checksum(
+    state: CPUManagerState, *, type_name: str = _LEGACY_CPU_TYPE, with_pod_entries: bool = False
+) -> int:
+    """The kubelet's checksum of a V2 (legacy type name) or V3 CPU checkpoint of ``state``."""
+    text = cpu_hash_text(
+        state.policy_name,
+        str(state.default_cpuset),
+        _entry_texts(state.entries),
+        state.pod_entries if with_pod_entries else None,
+        type_name=type_name,
+    )
+    return fnv1a_32(text.encode("utf-8"))
+
+
+def _spew_blocks(blocks: Sequence[MemoryBlock]) -> str:
+    return (
+        "["
+        + " ".join(
+            "{NUMAAffinity:([]int)["
+            + " ".join(str(n) for n in b.numa_nodes)
+            + f"] Type:(v1.ResourceName){b.resource} Size:(uint64){b.size}}}"
+            for b in blocks
+        )
+        + "]"
+    )
+
+
+def memory_checkpoint_hash_text(state: MemoryManagerState) -> str:
+    """go-spew ``%#v`` text of the V1 memory checkpoint struct (legacy type name)."""
+    nodes = []
+    for numa in sorted(state.machine_state):
+        node = state.machine_state[numa]
+        tables = _spew_map(
+            (
+                name,
+                f"<*>{{TotalMemSize:(uint64){t.total} SystemReserved:(uint64){t.system_reserved} "
+                f"Allocatable:(uint64){t.allocatable} Reserved:(uint64){t.reserved} "
+                f"Free:(uint64){t.free}}}",
+            )
+            for name, t in sorted(node.memory_map.items())
+        )
+        cells = "[" + " ".join(str(c) for c in node.cells) + "]"
+        nodes.append(
+            (
+                str(numa),
+                f"<*>{{NumberOfAssignments:(int){node.number_of_assignments} "
+                f"MemoryMap:(map[v1.ResourceName]*state.MemoryTable){tables} "
+                f"Cells:([]int){cells}}}",
+            )
+        )
+    entries = _spew_map(
+        (pod, _spew_map((name, _spew_blocks(b)) for name, b in sorted(state.entries[pod].items())))
+        for pod in sorted(state.entries)
+    )
+    return (
+        f"(*state.{_LEGACY_MEMORY_TYPE}){{PolicyName:(string){state.policy_name} "
+        f"MachineState:(state.NUMANodeMap){_spew_map(nodes)} "
+        f"Entries:(state.ContainerMemoryAssignments){entries} Checksum:(checksum.Checksum)0}}"
+    )
+
+
+def memory_checkpoint_checksum(state: MemoryManagerState) -> int:
+    """The kubelet's checksum of a V1 memory checkpoint (also the V3 inline checksum)."""
+    return fnv1a_32(memory_checkpoint_hash_text(state).encode("utf-8"))
+
+
+# --- Go encoding/json ------------------------------------------------------------------------
+
+_GO_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _go_string(s: str) -> str:
+    out = ['"']
+    for ch in s:
+        if ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ch in "<>&\u2028\u2029":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _go_json(value: Any) -> str:
+    """Go ``json.Marshal`` of plain values; dicts keep their insertion order (fields in
+    declaration order); callers sort map keys themselves."""
+    if isinstance(value, str):
+        return _go_string(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_go_string(k)}:{_go_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_go_json(v) for v in value) + "]"
+    raise TypeError(f"go json: unsupported value {value!r}")
+
+
+def _entries_json(entries: Mapping[str, Mapping[str, CPUSet]]) -> dict[str, Any]:
+    return {
+        pod: {name: str(cpus) for name, cpus in sorted(entries[pod].items())}
+        for pod in sorted(entries)
+    }
+
+
+def _blocks_json(blocks: Sequence[MemoryBlock]) -> list[dict[str, Any]]:
+    return [
+        {"numaAffinity": list(b.numa_nodes), "type": b.resource, "size": b.size} for b in blocks
+    ]
+
+
+def _machine_state_json(machine: Mapping[int, NUMANodeState]) -> dict[str, Any]:
+    return {
+        str(numa): {
+            "numberOfAssignments": machine[numa].number_of_assignments,
+            "memoryMap": {
+                name: {
+                    "total": t.total,
+                    "systemReserved": t.system_reserved,
+                    "allocatable": t.allocatable,
+                    "reserved": t.reserved,
+                    "free": t.free,
+                }
+                for name, t in sorted(machine[numa].memory_map.items())
+            },
+            "cells": list(machine[numa].cells),
+        }
+        for numa in sorted(machine, key=str)
+    }
+
+
+def _memory_entries_json(
+    entries: Mapping[str, Mapping[str, Sequence[MemoryBlock]]],
+) -> dict[str, Any]:
+    return {
+        pod: {name: _blocks_json(b) for name, b in sorted(entries[pod].items())}
+        for pod in sorted(entries)
+    }
+
+
+# --- writers ---------------------------------------------------------------------------------
+
+
+def encode_cpu_manager_state(state: CPUManagerState, fmt: str = "v4") -> bytes:
+    """The bytes of a kubelet ``cpu_manager_state`` file in format ``v2`` or ``v4``."""
+    if fmt not in CPU_FORMATS:
+        raise ValueError(f"cpu manager checkpoint format {fmt!r}: must be one of {CPU_FORMATS}")
+    doc: dict[str, Any] = {
+        "policyName": state.policy_name,
+        "defaultCpuSet": str(state.default_cpuset),
+    }
+    if state.entries:
+        doc["entries"] = _entries_json(state.entries)
+    doc["checksum"] = cpu_checkpoint_checksum(state)
+    if fmt == "v4":
+        data: dict[str, Any] = {
+            "policyName": state.policy_name,
+            "defaultCpuSet": str(state.default_cpuset),
+        }
+        if state.entries:
+            data["entries"] = _entries_json(state.entries)
+        if state.pod_entries:
+            data["podEntries"] = {
+                pod: ({"cpuSet": str(cpus)} if cpus else {})
+                for pod, cpus in sorted(state.pod_entries.items())
+            }
+        text = _go_json(data)
+        doc["data"] = text
+        doc["dataChecksum"] = string_checksum(text)
+    return _go_json(doc).encode("utf-8")
+
+
+def encode_memory_manager_state(state: MemoryManagerState, fmt: str = "v3") -> bytes:
+    """The bytes of a kubelet ``memory_manager_state`` file in format ``v1`` or ``v3``."""
+    if fmt not in MEMORY_FORMATS:
+        raise ValueError(
+            f"memory manager checkpoint format {fmt!r}: must be one of {MEMORY_FORMATS}"
+        )
+    doc: dict[str, Any] = {
+        "policyName": state.policy_name,
+        "machineState": _machine_state_json(state.machine_state),
+    }
+    if state.entries:
+        doc["entries"] = _memory_entries_json(state.entries)
+    doc["checksum"] = memory_checkpoint_checksum(state)
+    if fmt == "v3":
+        data: dict[str, Any] = {
+            "policyName": state.policy_name,
+            "machineState": _machine_state_json(state.machine_state),
+        }
+        if state.entries:
+            data["entries"] = _memory_entries_json(state.entries)
+        if state.pod_entries:
+            data["podEntries"] = {
+                pod: {"memoryBlocks": _blocks_json(blocks)}
+                for pod, blocks in sorted(state.pod_entries.items())
+            }
+        text = _go_json(data)
+        doc["data"] = text
+        doc["dataChecksum"] = string_checksum(text)
+    return _go_json(doc).encode("utf-8")
+
+
+# --- readers ---------------------------------------------------------------------------------
+
+
+def _get(obj: Mapping[str, Any], name: str) -> Any:
+    """Go's field matching: the exact key, else a case-insensitive match."""
+    if name in obj:
+        return obj[name]
+    lowered = name.lower()
+    for key, value in obj.items():
+        if key.lower() == lowered:
+            return value
+    return None
+
+
+def _has(obj: Mapping[str, Any], name: str) -> bool:
+    lowered = name.lower()
+    return any(key.lower() == lowered for key in obj)
+
+
+def _json_object(raw: bytes | str, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise KubeletCheckpointError(f"{what}: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise KubeletCheckpointError(
+            f"{what}: json: cannot unmarshal {type(obj).__name__} into a checkpoint object"
+        )
+    return obj
+
+
+def _str_field(obj: Mapping[str, Any], name: str, default: str = "") -> str:
+    value = _get(obj, name)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise KubeletCheckpointError(f"json: cannot unmarshal {value!r} into string field {name}")
+    return value
+
+
+def _int_field(obj: Mapping[str, Any], name: str) -> int:
+    value = _get(obj, name)
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise KubeletCheckpointError(f"json: cannot unmarshal {value!r} into uint64 field {name}")
+    return value
+
+
+def _dict_field(obj: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = _get(obj, name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise KubeletCheckpointError(f"json: cannot unmarshal {value!r} into map field {name}")
+    return value
+
+
+def _cpuset(text: str, context: str) -> CPUSet:
+    try:
+        return CPUSet.parse(text)
+    except CPUSetError as exc:
+        raise KubeletCheckpointError(
+            f"could not restore state from checkpoint: {context}: {exc}"
+        ) from exc
+
+
+def _raw_cpu_state(obj: Mapping[str, Any]) -> tuple[str, str, dict[str, dict[str, str]]]:
+    entries = _dict_field(obj, "entries")
+    for pod, containers in entries.items():
+        if not isinstance(containers, dict) or not all(
+            isinstance(v, str) for v in containers.values()
+        ):
+            raise KubeletCheckpointError(
+                f"json: cannot unmarshal entries of pod {pod!r}: {containers!r} "
+                "must map container names to cpuset strings"
+            )
+    return _str_field(obj, "policyName"), _str_field(obj, "defaultCpuSet"), entries
+
+
+def _raw_pod_entries(obj: Mapping[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pod, entry in _dict_field(obj, "podEntries").items():
+        if not isinstance(entry, dict):
+            raise KubeletCheckpointError(f"json: cannot unmarshal podEntries[{pod!r}]: {entry!r}")
+        out[pod] = _str_field(entry, "cpuSet")
+    return out
+
+
+def _build_cpu_state(
+    policy: str, default: str, entries: Mapping[str, Mapping[str, str]], pods: Mapping[str, str]
+) -> CPUManagerState:
+    return CPUManagerState(
+        policy_name=policy,
+        default_cpuset=_cpuset(default, f"could not parse default CPU set {_go_string(default)}"),
+        entries={
+            pod: {
+                name: _cpuset(
+                    text,
+                    (
+                        f"could not parse cpuset {_go_string(text)} for container "
+                        f"{_go_string(name)} in pod {_go_string(pod)}"
+                    ),
+                )
+                for name, text in containers.items()
+            }
+            for pod, containers in entries.items()
+        },
+        pod_entries={
+            pod: _cpuset(text, f"could not parse cpuset {text!r} of pod {pod!r}")
+            for pod, text in pods.items()
+        },
+    )
+
+
+def decode_cpu_manager_state(raw: bytes | str) -> DecodedCPUState:
+    """Read a ``cpu_manager_state`` file the way a 1.37 kubelet does (V4, then V3, then V2)."""
+    obj = _json_object(raw, "could not restore state from checkpoint")
+    if _has(obj, "data") or _has(obj, "dataChecksum"):
+        return DecodedCPUState(_decode_cpu_v4(obj), "v4")
+    policy, default, entries = _raw_cpu_state(obj)
+    stored = _get(obj, "checksum")
+    pod_texts = _raw_pod_entries(obj)
+    pods = {
+        p: _cpuset(t, f"could not parse cpuset {t!r} of pod {p!r}") for p, t in pod_texts.items()
+    }
+    for name in (_V3_CPU_TYPE, _LEGACY_CPU_TYPE):
+        text = cpu_hash_text(policy, default, entries, pods, type_name=name)
+        if stored == fnv1a_32(text.encode("utf-8")):
+            return DecodedCPUState(_build_cpu_state(policy, default, entries, pod_texts), "v3")
+    v2_sum = fnv1a_32(cpu_hash_text(policy, default, entries).encode("utf-8"))
+    if not pods and stored in (0, v2_sum):
+        return DecodedCPUState(_build_cpu_state(policy, default, entries, {}), "v2")
+    raise KubeletCheckpointError("could not restore state from checkpoint: checkpoint is corrupted")
+
+
+def _decode_cpu_v4(obj: Mapping[str, Any]) -> CPUManagerState:
+    prefix = "could not restore state from checkpoint: could not load v4 checkpoint"
+    data = _get(obj, "data")
+    if data is None:
+        raise KubeletCheckpointError(
+            f"{prefix}: failed to deserialize cpu manager checkpoint data: "
+            "unexpected end of JSON input"
+        )
+    if not isinstance(data, str):
+        raise KubeletCheckpointError(f"{prefix}: data {data!r} is not a string")
+    if _get(obj, "dataChecksum") != string_checksum(data):
+        raise KubeletCheckpointError(f"{prefix}: checkpoint is corrupted")
+    inner = _json_object(data, f"{prefix}: failed to deserialize cpu manager checkpoint data")
+    policy, default, entries = _raw_cpu_state(inner)
+    return _build_cpu_state(policy, default, entries, _raw_pod_entries(inner))
+
+
+def _decode_blocks(value: Any, where: str) -> tuple[MemoryBlock, ...]:
+    if not isinstance(value, list):
+        raise KubeletCheckpointError(f"json: cannot unmarshal {where}: {value!r} is not a list")
+    blocks = []
+    for item in value:
+        if not isinstance(item, dict):
+            raise KubeletCheckpointError(f"json: cannot unmarshal {where}: block {item!r}")
+        numa = _get(item, "numaAffinity") or []
+        if not isinstance(numa, list) or not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in numa
+        ):
+            raise KubeletCheckpointError(f"json: cannot unmarshal {where}: numaAffinity {numa!r}")
+        blocks.append(MemoryBlock(tuple(numa), _str_field(item, "type"), _int_field(item, "size")))
+    return tuple(blocks)
+
+
+def _decode_memory_body(obj: Mapping[str, Any]) -> MemoryManagerState:
+    machine: dict[int, NUMANodeState] = {}
+    for key, node in _dict_field(obj, "machineState").items():
+        try:
+            numa = int(key)
+        except ValueError as exc:
+            raise KubeletCheckpointError(
+                f"json: cannot unmarshal machineState key {key!r} into int"
+            ) from exc
+        if not isinstance(node, dict):
+            raise KubeletCheckpointError(f"json: cannot unmarshal machineState[{key}]: {node!r}")
+        tables = {}
+        for name, t in _dict_field(node, "memoryMap").items():
+            if not isinstance(t, dict):
+                raise KubeletCheckpointError(f"json: cannot unmarshal memoryMap[{name!r}]: {t!r}")
+            tables[name] = MemoryTable(
+                _int_field(t, "total"),
+                _int_field(t, "systemReserved"),
+                _int_field(t, "allocatable"),
+                _int_field(t, "reserved"),
+                _int_field(t, "free"),
+            )
+        cells = _get(node, "cells") or []
+        if not isinstance(cells, list) or not all(isinstance(c, int) for c in cells):
+            raise KubeletCheckpointError(f"json: cannot unmarshal cells {cells!r}")
+        machine[numa] = NUMANodeState(_int_field(node, "numberOfAssignments"), tables, tuple(cells))
+    entries: dict[str, dict[str, tuple[MemoryBlock, ...]]] = {}
+    for pod, containers in _dict_field(obj, "entries").items():
+        if not isinstance(containers, dict):
+            raise KubeletCheckpointError(f"json: cannot unmarshal entries[{pod!r}]")
+        entries[pod] = {
+            name: _decode_blocks(blocks, f"entries[{pod!r}][{name!r}]")
+            for name, blocks in containers.items()
+        }
+    pod_entries = {}
+    for pod, entry in _dict_field(obj, "podEntries").items():
+        if not isinstance(entry, dict):
+            raise KubeletCheckpointError(f"json: cannot unmarshal podEntries[{pod!r}]")
+        pod_entries[pod] = _decode_blocks(_get(entry, "memoryBlocks") or [], f"podEntries[{pod!r}]")
+    return MemoryManagerState(_str_field(obj, "policyName"), machine, entries, pod_entries)
+
+
+def decode_memory_manager_state(raw: bytes | str) -> DecodedMemoryState:
+    """Read a ``memory_manager_state`` file: V3 (``data``) or V1 (checksum verified)."""
+    prefix = "could not restore state from checkpoint"
+    obj = _json_object(raw, prefix)
+    if _has(obj, "data") or _has(obj, "dataChecksum"):
+        data = _get(obj, "data")
+        if not isinstance(data, str):
+            raise KubeletCheckpointError(
+                f"{prefix}: could not load v3 checkpoint: data {data!r} is not a string"
+            )
+        if _get(obj, "dataChecksum") != string_checksum(data):
+            raise KubeletCheckpointError(
+                f"{prefix}: could not load v3 checkpoint: checkpoint is corrupted"
+            )
+        inner = _json_object(data, f"{prefix}: could not load v3 checkpoint")
+        return DecodedMemoryState(_decode_memory_body(inner), "v3")
+    if _has(obj, "podEntries"):
+        raise KubeletCheckpointError(
+            f"{prefix}: memory checkpoint with podEntries and no data field (kubelet 1.36 V2) "
+            "is not supported; only V1 and V3 are"
+        )
+    state = _decode_memory_body(obj)
+    stored = _get(obj, "checksum")
+    if stored not in (0, memory_checkpoint_checksum(state)):
+        raise KubeletCheckpointError(f"{prefix}: checkpoint is corrupted")
+    return DecodedMemoryState(state, "v1")
+
+
+def kubelet_cpu_policy(path: str | os.PathLike[str]) -> str | None:
+    """The policy named in a kubelet ``cpu_manager_state`` file, or None when there is none.
+
+    Lenient on purpose (no checksum check): it answers "is a kubelet CPU manager active here?".
+    Reads ``data.policyName`` of V4 files and the top-level ``policyName`` otherwise.
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        obj = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    data = _get(obj, "data")
+    if isinstance(data, str):
+        with contextlib.suppress(ValueError):
+            inner = json.loads(data)
+            if isinstance(inner, dict) and isinstance(_get(inner, "policyName"), str):
+                return str(_get(inner, "policyName"))
+    policy = _get(obj, "policyName")
+    return policy if isinstance(policy, str) else None
+
+
+def check_kubelet_cpu_manager(path: str | os.PathLike[str]) -> None:
+    """Raise KubeletCheckpointError when the kubelet's CPU manager runs the ``static`` policy.
+
+    Two managers pinning the same CPUs would undo each other's work, so the plugin refuses to
+    start; the kubelet on a plugin node must run with ``cpuManagerPolicy: none``.
+    """
+    policy = kubelet_cpu_policy(path)
+    if policy == "static":
+        raise KubeletCheckpointError(
+            f"kubelet checkpoint {path}: policyName 'static': the kubelet's CPU manager is "
+            "pinning CPUs on this node; set cpuManagerPolicy: none, memoryManagerPolicy: None and "
+            "topologyManagerPolicy: none in the kubelet configuration, drain the node, delete "
+            "the kubelet's cpu_manager_state and memory_manager_state, restart the kubelet, "
+            "then start nri-plrm"
+        )
+
+
+# --- export to files -------------------------------------------------------------------------
+
+
+def write_kubelet_state(
+    directory: str | os.PathLike[str],
+    cpu: CPUManagerState | None,
+    memory: MemoryManagerState | None,
+    *,
+    cpu_format: str = "v4",
+    memory_format: str = "v3",
+) -> list[Path]:
+    """Write ``cpu_manager_state`` / ``memory_manager_state`` into ``directory`` atomically.
+
+    Files are mode 0644 (readable by monitoring tools, as the kubelet's are). Never point this at
+    the kubelet's own root directory: a kubelet running with ``cpuManagerPolicy: none`` keeps its
+    own ``cpu_manager_state`` there. Returns the paths written.
+    """
+    written = []
+    if cpu is not None:
+        written.append(
+            write_atomic(
+                directory, CPU_MANAGER_STATE_FILE, encode_cpu_manager_state(cpu, cpu_format), 0o644
+            )
+        )
+    if memory is not None:
+        written.append(
+            write_atomic(
+                directory,
+                MEMORY_MANAGER_STATE_FILE,
+                encode_memory_manager_state(memory, memory_format),
+                0o644,
+            )
+        )
+    return written
