@@ -1,0 +1,878 @@
+"""CPU Manager ``static`` policy with pod-level resource managers (KEP-5526), kubelet-exact.
+
+State, as the kubelet keeps it in ``cpu_manager_state``:
+
+- ``default_cpuset``: the node shared pool (every CPU not held exclusively; reserved CPUs stay in
+  it unless ``strict-cpu-reservation``);
+- container entries ``{pod_uid: {container_name: CPUSet}}``;
+- pod entries ``{pod_uid: CPUSet}``: the "bubble" of a pod-level pod allocated by ``AllocatePod``.
+
+Two ways to drive it:
+
+- **Whole pod / per container (kubelet-exact)**: :meth:`CPUManager.get_topology_hints`,
+  :meth:`~CPUManager.get_pod_topology_hints`, :meth:`~CPUManager.allocate` (container path) and
+  :meth:`~CPUManager.allocate_pod` (pod scope with pod-level resources), each as
+  ``policy_static.go`` does it. The Topology Manager's chosen hint is passed in.
+- **Incremental (NRI gives containers one at a time)**: :meth:`~CPUManager.allocate_pod_bubble`
+  reserves the pod budget at sandbox time, :meth:`~CPUManager.take_from_pod` carves an exclusive
+  slice out of the current pod shared pool (bubble minus live slices; the same
+  ``takeByTopology`` call ``AllocatePod`` makes, in creation order),
+  :meth:`~CPUManager.set_container_cpus` records a shared container's pool and
+  :meth:`~CPUManager.release_container_slice` gives an exited container's slice back to the pool.
+
+Divergences from the kubelet, on purpose: a failed allocation leaves no partial state (the
+kubelet's ``AllocatePod`` keeps a bubble it allocated before a later step failed), and
+``allocate_pod`` on a pod that already has a pod entry reuses it (the fix of kubernetes issue
+#140989) instead of allocating a second bubble.
+
+The manager is pure: no I/O, clocks or randomness. Go map iteration is replaced by spec order
+(init containers then app containers) and ascending ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+from nri_plrm.cpuset import EMPTY, CPUSet, CPUSetError
+from nri_plrm.engine.cpu_assignment import (
+    CPUAllocationError,
+    TakeOptions,
+    take_by_topology,
+    topology_index,
+)
+from nri_plrm.engine.cpu_requests import (
+    guaranteed_cpus,
+    pod_guaranteed_cpus,
+    qualifies_for_exclusive_cpus,
+    validate_pod_scope_resources,
+)
+from nri_plrm.engine.types import (
+    CPU,
+    EMPTY_POD_SHARED_POOL_ERROR,
+    SMT_ALIGNMENT_ERROR,
+    AdmissionError,
+    AssignmentType,
+    ContainerSpec,
+    HintMap,
+    PodSpec,
+    TopologyHint,
+    unexpected,
+)
+from nri_plrm.topology.model import Topology
+
+POLICY_STATIC = "static"
+
+FULL_PCPUS_ONLY = "full-pcpus-only"
+DISTRIBUTE_CPUS_ACROSS_NUMA = "distribute-cpus-across-numa"
+ALIGN_BY_SOCKET = "align-by-socket"
+DISTRIBUTE_CPUS_ACROSS_CORES = "distribute-cpus-across-cores"
+STRICT_CPU_RESERVATION = "strict-cpu-reservation"
+PREFER_ALIGN_CPUS_BY_UNCORECACHE = "prefer-align-cpus-by-uncorecache"
+OPTION_NAMES = (
+    FULL_PCPUS_ONLY,
+    DISTRIBUTE_CPUS_ACROSS_NUMA,
+    ALIGN_BY_SOCKET,
+    DISTRIBUTE_CPUS_ACROSS_CORES,
+    STRICT_CPU_RESERVATION,
+    PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+)
+
+ISOLATION_HOST = "host"
+ISOLATION_POD = "pod"
+ISOLATION_CONTAINER = "container"
+
+SOURCE_POD = "pod"
+SOURCE_NODE = "node"
+
+_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+_INCOMPATIBLE = (
+    (FULL_PCPUS_ONLY, DISTRIBUTE_CPUS_ACROSS_CORES),
+    (DISTRIBUTE_CPUS_ACROSS_NUMA, DISTRIBUTE_CPUS_ACROSS_CORES),
+    (PREFER_ALIGN_CPUS_BY_UNCORECACHE, DISTRIBUTE_CPUS_ACROSS_CORES),
+    (PREFER_ALIGN_CPUS_BY_UNCORECACHE, DISTRIBUTE_CPUS_ACROSS_NUMA),
+)
+
+
+class CPUManagerConfigError(ValueError):
+    """A CPU manager setting the kubelet would refuse (reserved CPUs, policy options)."""
+
+
+class CPUStateError(ValueError):
+    """Saved CPU manager state that does not fit this machine/configuration (``validateState``)."""
+
+
+def _parse_bool(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value)
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise CPUManagerConfigError(
+        f'bad value for option "{name}": strconv.ParseBool: parsing "{text}": invalid syntax'
+    )
+
+
+@dataclass(frozen=True)
+class StaticPolicyOptions:
+    """The kubelet's ``StaticPolicyOptions`` (``cpuManagerPolicyOptions`` parsed)."""
+
+    full_pcpus_only: bool = False
+    distribute_cpus_across_numa: bool = False
+    align_by_socket: bool = False
+    distribute_cpus_across_cores: bool = False
+    strict_cpu_reservation: bool = False
+    prefer_align_by_uncore_cache: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, object]) -> StaticPolicyOptions:
+        """Parse option names/values as the kubelet does; raises CPUManagerConfigError.
+
+        Values are booleans or the strings Go's ``strconv.ParseBool`` accepts. The kubelet's
+        alpha/beta feature gates for options are not emulated: every option is available.
+        """
+        flags: dict[str, bool] = {}
+        for name, value in options.items():
+            if name not in OPTION_NAMES:
+                raise CPUManagerConfigError(f'unknown CPU Manager Policy option: "{name}"')
+            flags[name] = _parse_bool(name, value)
+        for first, second in _INCOMPATIBLE:
+            if flags.get(first) and flags.get(second):
+                raise CPUManagerConfigError(
+                    f"static policy options {first} and {second} can not be used at the same time"
+                )
+        return cls(
+            full_pcpus_only=flags.get(FULL_PCPUS_ONLY, False),
+            distribute_cpus_across_numa=flags.get(DISTRIBUTE_CPUS_ACROSS_NUMA, False),
+            align_by_socket=flags.get(ALIGN_BY_SOCKET, False),
+            distribute_cpus_across_cores=flags.get(DISTRIBUTE_CPUS_ACROSS_CORES, False),
+            strict_cpu_reservation=flags.get(STRICT_CPU_RESERVATION, False),
+            prefer_align_by_uncore_cache=flags.get(PREFER_ALIGN_CPUS_BY_UNCORECACHE, False),
+        )
+
+    @property
+    def take_options(self) -> TakeOptions:
+        """The subset ``take_by_topology`` reads."""
+        return TakeOptions(
+            full_pcpus_only=self.full_pcpus_only,
+            distribute_cpus_across_numa=self.distribute_cpus_across_numa,
+            distribute_cpus_across_cores=self.distribute_cpus_across_cores,
+            prefer_align_by_uncore_cache=self.prefer_align_by_uncore_cache,
+        )
+
+
+@dataclass(frozen=True)
+class CPUManagerConfig:
+    """Static policy settings.
+
+    ``reserved_cpus`` is the kubelet's ``reservedSystemCPUs``; ``reserved_cpu_count`` is
+    ``ceil(kube-reserved + system-reserved cpu)`` from which the policy picks CPUs with its own
+    ``takeByTopology`` over all CPUs. Give one of them (both: they must agree). ``options`` uses
+    the kubelet's option names and values. ``pod_level_resource_managers`` is the
+    ``PodLevelResourceManagers`` gate (off: pod-level pods get nothing exclusive).
+    """
+
+    reserved_cpus: CPUSet | None = None
+    reserved_cpu_count: int | None = None
+    options: Mapping[str, object] = field(default_factory=dict)
+    pod_level_resource_managers: bool = True
+
+    def policy_options(self) -> StaticPolicyOptions:
+        """The parsed options (raises CPUManagerConfigError)."""
+        return StaticPolicyOptions.parse(self.options)
+
+
+@dataclass
+class CPUManagerCounters:
+    """Monotonic counters from which the kubelet's CPU metrics are derived.
+
+    ``allocations_total`` / ``allocation_errors_total`` are keyed by source (``pod``, ``node``),
+    ``container_assignments`` by assignment type (``node_exclusive``, ``pod_exclusive``,
+    ``pod_shared``); the pinning counters are ``cpu_manager_pinning_{requests,errors}_total``.
+    """
+
+    allocations_total: dict[str, int] = field(default_factory=dict)
+    allocation_errors_total: dict[str, int] = field(default_factory=dict)
+    container_assignments: dict[str, int] = field(default_factory=dict)
+    pinning_requests_total: int = 0
+    pinning_errors_total: int = 0
+
+    def add(self, table: dict[str, int], key: str) -> None:
+        """Increment ``table[key]``."""
+        table[key] = table.get(key, 0) + 1
+
+
+def validate_static_policy_options(
+    options: StaticPolicyOptions, topology: Topology, topology_manager_policy: str
+) -> None:
+    """The kubelet's ``ValidateStaticPolicyOptions`` (align-by-socket rules)."""
+    if not options.align_by_socket:
+        return
+    if topology_manager_policy == "single-numa-node":
+        raise CPUManagerConfigError(
+            "Topolgy manager single-numa-node policy is incompatible with CPUManager "
+            "align-by-socket policy option"
+        )
+    if topology.num_sockets > topology_index(topology).num_numa_nodes:
+        raise CPUManagerConfigError(
+            "Align by socket is not compatible with hardware where number of sockets are more "
+            "than number of NUMA"
+        )
+
+
+class CPUManager:
+    """The static policy's state and decisions for one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        config: CPUManagerConfig,
+        *,
+        topology_manager_policy: str = "none",
+    ) -> None:
+        self.topology = topology
+        self.config = config
+        self.options = config.policy_options()
+        validate_static_policy_options(self.options, topology, topology_manager_policy)
+        self._ix = topology_index(topology)
+        self._plrm = config.pod_level_resource_managers
+        self._take = self.options.take_options
+        self._reserved = self._pick_reserved()
+        self._reserved_physical = CPUSet.from_mask(self._ix.siblings_mask(self._reserved.mask))
+        self._all = topology.all_cpus
+        self._default = self._initial_default()
+        self._entries: dict[str, dict[str, CPUSet]] = {}
+        self._pod_entries: dict[str, CPUSet] = {}
+        self._pool_consumers: dict[str, set[str]] = {}
+        self._exclusive_inits: dict[str, set[str]] = {}
+        self._cpus_to_reuse: dict[str, CPUSet] = {}
+        self.counters = CPUManagerCounters()
+
+    # -- configuration -----------------------------------------------------------------------
+    def _pick_reserved(self) -> CPUSet:
+        explicit = self.config.reserved_cpus
+        count = self.config.reserved_cpu_count
+        if explicit is not None and not explicit.is_empty():
+            outside = explicit - self.topology.all_cpus
+            if outside:
+                raise CPUManagerConfigError(
+                    f'[cpumanager] reserved cpus "{explicit}": cpus "{outside}" are not online '
+                    f'on this machine ("{self.topology.all_cpus}")'
+                )
+            if count is not None and count != len(explicit):
+                raise CPUManagerConfigError(
+                    f"[cpumanager] unable to reserve the required amount of CPUs "
+                    f"(size of {explicit} did not equal {count})"
+                )
+            return explicit
+        if count is None or count <= 0:
+            raise CPUManagerConfigError(
+                "[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu "
+                "to be greater than zero (set reserved_cpus or reserved_cpu_count)"
+            )
+        try:
+            reserved = self._take_by_topology(self.topology.all_cpus, count)
+        except CPUAllocationError:
+            reserved = EMPTY
+        if len(reserved) != count:
+            raise CPUManagerConfigError(
+                f"[cpumanager] unable to reserve the required amount of CPUs "
+                f"(size of {reserved} did not equal {count})"
+            )
+        return reserved
+
+    def _initial_default(self) -> CPUSet:
+        if self.options.strict_cpu_reservation:
+            return self.topology.all_cpus - self._reserved
+        return self.topology.all_cpus
+
+    # -- queries -----------------------------------------------------------------------------
+    @property
+    def default_cpuset(self) -> CPUSet:
+        """The node shared pool (the kubelet's ``defaultCPUSet``)."""
+        return self._default
+
+    @property
+    def reserved_cpus(self) -> CPUSet:
+        """CPUs never handed out exclusively."""
+        return self._reserved
+
+    def available_cpus(self) -> CPUSet:
+        """CPUs exclusive allocations can take now: default set minus reserved."""
+        return self._default - self._reserved
+
+    def allocatable_cpus(self) -> CPUSet:
+        """All CPUs minus reserved (PodResources ``GetAllocatableResources``)."""
+        return self._all - self._reserved
+
+    def assignment(self, pod_uid: str, name: str) -> CPUSet | None:
+        """The container's state entry, or None (it then runs on the default set)."""
+        return self._entries.get(pod_uid, {}).get(name)
+
+    def cpus_for(self, pod_uid: str, name: str) -> CPUSet:
+        """``GetCPUSetOrDefault``: the container's entry, else the node shared pool."""
+        entry = self.assignment(pod_uid, name)
+        return self._default if entry is None else entry
+
+    def pod_cpus(self, pod_uid: str) -> CPUSet | None:
+        """The pod entry (bubble) of a pod-level pod, or None."""
+        return self._pod_entries.get(pod_uid)
+
+    def entries(self) -> dict[str, dict[str, CPUSet]]:
+        """A copy of every container entry."""
+        return {uid: dict(names) for uid, names in self._entries.items()}
+
+    def pod_entries(self) -> dict[str, CPUSet]:
+        """A copy of every pod entry."""
+        return dict(self._pod_entries)
+
+    def pod_shared_pool(self, pod_uid: str) -> CPUSet:
+        """The pod shared pool: bubble minus the pod's live exclusive slices (empty: no bubble)."""
+        bubble = self._pod_entries.get(pod_uid)
+        if bubble is None:
+            return EMPTY
+        held = 0
+        entries = self._entries.get(pod_uid, {})
+        for name in self._pool_consumers.get(pod_uid, ()):
+            if name in entries:
+                held |= entries[name].mask
+        return CPUSet.from_mask(bubble.mask & ~held)
+
+    def guaranteed_cpus(self, pod: PodSpec, container: ContainerSpec) -> int:
+        """Exclusive CPUs the container is entitled to (0 = shared), per ``guaranteedCPUs``."""
+        return guaranteed_cpus(pod, container, plrm=self._plrm)
+
+    def pod_guaranteed_cpus(self, pod: PodSpec) -> int:
+        """The pod's CPU budget (pod-level) or the kubelet's aggregate (classic pods)."""
+        return pod_guaranteed_cpus(pod, plrm=self._plrm)
+
+    def validate_pod_scope_resources(self, pod: PodSpec) -> str | None:
+        """The kubelet's empty-pod-shared-pool check: its exact message, or None."""
+        return validate_pod_scope_resources(pod, plrm=self._plrm)
+
+    def isolation_level(self, pod: PodSpec, container: ContainerSpec) -> str:
+        """``GetResourceIsolationLevel``: ``host``, ``pod`` or ``container``."""
+        if self.assignment(pod.uid, container.name) is None:
+            return ISOLATION_HOST
+        if (
+            self._plrm
+            and pod.has_pod_level_resources
+            and not qualifies_for_exclusive_cpus(container)
+        ):
+            return ISOLATION_POD
+        return ISOLATION_CONTAINER
+
+    def assignment_type(self, pod_uid: str, name: str) -> AssignmentType:
+        """How the container's CPUs were decided (metrics label and ``simulate`` output)."""
+        if self.assignment(pod_uid, name) is None:
+            return AssignmentType.NODE_SHARED
+        if pod_uid not in self._pod_entries:
+            return AssignmentType.NODE_EXCLUSIVE
+        if name in self._pool_consumers.get(pod_uid, ()) or name in self._init_slices(pod_uid):
+            return AssignmentType.POD_EXCLUSIVE
+        return AssignmentType.POD_SHARED
+
+    def _init_slices(self, pod_uid: str) -> set[str]:
+        return self._exclusive_inits.get(pod_uid, set())
+
+    # -- policy primitives -------------------------------------------------------------------
+    def _take_by_topology(self, available: CPUSet, n: int) -> CPUSet:
+        return take_by_topology(self.topology, available, n, options=self._take)
+
+    def _enforce_smt_alignment(self, n: int) -> None:
+        if not self.options.full_pcpus_only:
+            return
+        group = self.topology.cpus_per_core
+        if n % group != 0:
+            raise AdmissionError(
+                SMT_ALIGNMENT_ERROR,
+                f"SMT Alignment Error: requested {n} cpus not multiple cpus per core = {group}",
+            )
+        physical = len(self._default - self._reserved_physical)
+        if n > physical:
+            raise AdmissionError(
+                SMT_ALIGNMENT_ERROR,
+                "SMT Alignment Error: not enough free physical CPUs: available physical CPUs = "
+                f"{physical}, requested CPUs = {n}, CPUs per core = {group}",
+            )
+
+    def _aligned_cpus(self, affinity: int, allocatable: CPUSet) -> CPUSet:
+        ix = self._ix
+        if self.options.align_by_socket:
+            mask = 0
+            for socket in ix.sockets_of_numa_mask(affinity):
+                mask |= ix.socket_mask[socket]
+            return CPUSet.from_mask(allocatable.mask & mask)
+        return CPUSet.from_mask(allocatable.mask & ix.cpus_in_numa_mask(affinity))
+
+    def allocate_cpus(self, n: int, affinity: int | None, reusable: CPUSet = EMPTY) -> CPUSet:
+        """The kubelet's ``allocateCPUs``: NUMA-aligned CPUs first, then any; shrinks the default.
+
+        Raises :class:`CPUAllocationError` (nothing changed) when the CPUs cannot be found.
+        """
+        allocatable = self.available_cpus() | reusable
+        result = EMPTY
+        if affinity is not None:
+            aligned = self._aligned_cpus(affinity, allocatable)
+            result = self._take_by_topology(aligned, min(n, len(aligned)))
+        result = result | self._take_by_topology(allocatable - result, n - len(result))
+        self._default = self._default - result
+        return result
+
+    def _update_cpus_to_reuse(self, pod: PodSpec, container: ContainerSpec, cpus: CPUSet) -> None:
+        for uid in [u for u in self._cpus_to_reuse if u != pod.uid]:
+            del self._cpus_to_reuse[uid]
+        current = self._cpus_to_reuse.get(pod.uid, EMPTY)
+        for init in pod.init_containers:
+            if init.name == container.name:
+                if not init.restartable:
+                    self._cpus_to_reuse[pod.uid] = current | cpus
+                    return
+                break
+        self._cpus_to_reuse[pod.uid] = current - cpus
+
+    def _gates_skip(self, pod: PodSpec) -> bool:
+        return not self._plrm and pod.has_pod_level_resources
+
+    # -- hints -------------------------------------------------------------------------------
+    def _generate_hints(
+        self, available: CPUSet, reusable: CPUSet, request: int
+    ) -> list[TopologyHint]:
+        ix = self._ix
+        ids = ix.numa_ids
+        total = ix.numa_size
+        free = {n: (available.mask & ix.numa_mask[n]).bit_count() for n in ids}
+        reuse_nodes = 0
+        for cpu in reusable:
+            reuse_nodes |= 1 << ix.numa_of.get(cpu, 0)
+        reuse_count = len(reusable)
+        min_affinity = len(ids)
+        masks: list[int] = []
+        for k in range(1, len(ids) + 1):
+            for combo in combinations(ids, k):
+                if k < min_affinity and sum(total[n] for n in combo) >= request:
+                    min_affinity = k
+                mask = 0
+                for n in combo:
+                    mask |= 1 << n
+                if reuse_nodes & ~mask:
+                    continue
+                if reuse_count + sum(free[n] for n in combo) < request:
+                    continue
+                masks.append(mask)
+        hints: list[TopologyHint] = []
+        for mask in masks:
+            preferred = mask.bit_count() == min_affinity
+            if self.options.align_by_socket and self._socket_aligned(mask, min_affinity):
+                preferred = True
+            hints.append(TopologyHint(mask, preferred))
+        return hints
+
+    def _socket_aligned(self, mask: int, min_affinity: int) -> bool:
+        per_socket = self._ix.num_numa_nodes // self.topology.num_sockets
+        if per_socket == 0:
+            return False
+        min_sockets = (min_affinity + per_socket - 1) // per_socket
+        return len(self._ix.sockets_of_numa_mask(mask)) == min_sockets
+
+    def get_topology_hints(self, pod: PodSpec, container: ContainerSpec) -> HintMap:
+        """Container-scope hints (``GetTopologyHints``); None means "no preference"."""
+        requested = self.guaranteed_cpus(pod, container)
+        if requested == 0 or self._gates_skip(pod):
+            return {}
+        allocated = self.assignment(pod.uid, container.name)
+        if allocated is not None:
+            if len(allocated) != requested:
+                return {CPU: []}
+            return {CPU: self._generate_hints(allocated, EMPTY, requested)}
+        reusable = self._cpus_to_reuse.get(pod.uid, EMPTY)
+        return {CPU: self._generate_hints(self.available_cpus(), reusable, requested)}
+
+    def get_pod_topology_hints(self, pod: PodSpec) -> HintMap:
+        """Pod-scope hints (``GetPodTopologyHints``): pod budget or the classic aggregate."""
+        requested = self.pod_guaranteed_cpus(pod)
+        if requested == 0 or self._gates_skip(pod):
+            return {}
+        if (
+            self._plrm
+            and pod.has_pod_level_resources
+            and self.validate_pod_scope_resources(pod) is not None
+        ):
+            return {CPU: []}
+        assigned = EMPTY
+        for container in pod.all_containers():
+            allocated = self.assignment(pod.uid, container.name)
+            if allocated is None:
+                continue
+            if len(allocated) != self.guaranteed_cpus(pod, container):
+                return {CPU: []}
+            assigned = assigned | allocated
+        if len(assigned) == requested:
+            return {CPU: self._generate_hints(assigned, EMPTY, requested)}
+        reusable = self._cpus_to_reuse.get(pod.uid, EMPTY) | assigned
+        return {CPU: self._generate_hints(self.available_cpus(), reusable, requested)}
+
+    # -- allocation: kubelet paths -----------------------------------------------------------
+    def allocate(self, pod: PodSpec, container: ContainerSpec, hint: TopologyHint | None) -> None:
+        """Container path (``Allocate``): exclusive CPUs from the node pool for an eligible one.
+
+        Idempotent: an existing entry is kept. Raises :class:`AdmissionError` with the kubelet's
+        reason and message.
+        """
+        n = self.guaranteed_cpus(pod, container)
+        if n == 0 or self._gates_skip(pod):
+            return
+        self.counters.pinning_requests_total += 1
+        try:
+            self._enforce_smt_alignment(n)
+            existing = self.assignment(pod.uid, container.name)
+            if existing is not None:
+                self._update_cpus_to_reuse(pod, container, existing)
+                return
+            affinity = hint.numa_affinity if hint is not None else None
+            reusable = self._cpus_to_reuse.get(pod.uid, EMPTY)
+            try:
+                cpus = self.allocate_cpus(n, affinity, reusable)
+            except CPUAllocationError as err:
+                raise unexpected(str(err)) from err
+        except AdmissionError:
+            self.counters.pinning_errors_total += 1
+            self.counters.add(self.counters.allocation_errors_total, SOURCE_NODE)
+            raise
+        self._entries.setdefault(pod.uid, {})[container.name] = cpus
+        self._update_cpus_to_reuse(pod, container, cpus)
+        self.counters.add(self.counters.allocations_total, SOURCE_NODE)
+        self.counters.add(self.counters.container_assignments, AssignmentType.NODE_EXCLUSIVE.value)
+
+    def allocate_pod(self, pod: PodSpec, hint: TopologyHint | None) -> None:
+        """Pod scope with pod-level resources (``AllocatePod``): bubble, slices, pod shared pool.
+
+        ``hint`` is the Topology Manager's pod hint (the affinity stored for the first
+        container). Idempotent: a pod that already has a pod entry keeps its bubble and its
+        container entries. Raises :class:`AdmissionError`; on error nothing is changed.
+        """
+        total = self.pod_guaranteed_cpus(pod)
+        if total == 0:
+            return
+        saved_default = self._default
+        existing = self._pod_entries.get(pod.uid)
+        try:
+            message = self.validate_pod_scope_resources(pod)
+            if message is not None:
+                raise AdmissionError(EMPTY_POD_SHARED_POOL_ERROR, message)
+            if existing is None:
+                self._enforce_smt_alignment(total)
+                affinity = hint.numa_affinity if hint is not None else None
+                bubble = self._allocate_or_admission_error(total, affinity)
+            else:
+                bubble = existing
+            partition, consumers, init_slices = self._partition(pod, bubble, existing is None)
+        except AdmissionError:
+            self._default = saved_default
+            self.counters.pinning_errors_total += 1
+            self.counters.add(self.counters.allocation_errors_total, SOURCE_POD)
+            raise
+        self._pod_entries[pod.uid] = bubble
+        entries = self._entries.setdefault(pod.uid, {})
+        for container in pod.all_containers():
+            if container.name in entries:
+                continue
+            entries[container.name] = partition[container.name]
+            if existing is None:
+                self.counters.add(self.counters.allocations_total, SOURCE_POD)
+        self._pool_consumers.setdefault(pod.uid, set()).update(consumers)
+        self._exclusive_inits.setdefault(pod.uid, set()).update(init_slices)
+
+    def _allocate_or_admission_error(self, n: int, affinity: int | None) -> CPUSet:
+        try:
+            return self.allocate_cpus(n, affinity, EMPTY)
+        except CPUAllocationError as err:
+            raise unexpected(str(err)) from err
+
+    def _partition(
+        self, pod: PodSpec, bubble: CPUSet, count: bool
+    ) -> tuple[dict[str, CPUSet], set[str], set[str]]:
+        counters = self.counters
+        exclusive: dict[str, CPUSet] = {}
+        consumers: set[str] = set()
+        init_slices: set[str] = set()
+        sidecars = EMPTY
+        for container in pod.init_containers:
+            n = self.guaranteed_cpus(pod, container)
+            if n > 0:
+                if count:
+                    counters.pinning_requests_total += 1
+                cpus = self._take_or_admission_error(bubble - sidecars, n)
+                if count:
+                    counters.add(counters.container_assignments, AssignmentType.POD_EXCLUSIVE.value)
+                exclusive[container.name] = cpus
+                if container.restartable:
+                    sidecars = sidecars | cpus
+                    consumers.add(container.name)
+                else:
+                    init_slices.add(container.name)
+            elif not container.restartable:
+                if count:
+                    counters.add(counters.container_assignments, AssignmentType.POD_SHARED.value)
+                exclusive[container.name] = bubble - sidecars
+        pool = bubble - sidecars
+        for container in pod.containers:
+            n = self.guaranteed_cpus(pod, container)
+            if n > 0:
+                if count:
+                    counters.pinning_requests_total += 1
+                cpus = self._take_or_admission_error(pool, n)
+                if count:
+                    counters.add(counters.container_assignments, AssignmentType.POD_EXCLUSIVE.value)
+                exclusive[container.name] = cpus
+                consumers.add(container.name)
+                pool = pool - cpus
+        partition: dict[str, CPUSet] = {}
+        for container in pod.all_containers():
+            if container.name in exclusive:
+                partition[container.name] = exclusive[container.name]
+            else:
+                partition[container.name] = pool
+                if count:
+                    counters.add(counters.container_assignments, AssignmentType.POD_SHARED.value)
+        return partition, consumers, init_slices
+
+    def _take_or_admission_error(self, available: CPUSet, n: int) -> CPUSet:
+        try:
+            return self._take_by_topology(available, n)
+        except CPUAllocationError as err:
+            raise unexpected(str(err)) from err
+
+    # -- allocation: incremental primitives --------------------------------------------------
+    def allocate_pod_bubble(self, pod: PodSpec, hint: TopologyHint | None) -> CPUSet:
+        """Reserve the pod budget (``allocateCPUs(total, hint)``) before any container is known.
+
+        Idempotent: an existing pod entry is returned unchanged. Returns the empty set for pods
+        without a Guaranteed integral CPU budget. Raises :class:`AdmissionError`.
+        """
+        existing = self._pod_entries.get(pod.uid)
+        if existing is not None:
+            return existing
+        total = self.pod_guaranteed_cpus(pod)
+        if total == 0:
+            return EMPTY
+        try:
+            self._enforce_smt_alignment(total)
+            affinity = hint.numa_affinity if hint is not None else None
+            bubble = self._allocate_or_admission_error(total, affinity)
+        except AdmissionError:
+            self.counters.add(self.counters.allocation_errors_total, SOURCE_POD)
+            raise
+        self._pod_entries[pod.uid] = bubble
+        return bubble
+
+    def take_from_pod(self, pod_uid: str, name: str, n: int) -> CPUSet:
+        """Carve an exclusive slice of ``n`` CPUs out of the pod shared pool and record it.
+
+        Idempotent: a container that already holds a live slice keeps it; a restarted container
+        whose released slice is still wholly in the pool gets it back. Raises
+        :class:`AdmissionError` (``UnexpectedAdmissionError``, the kubelet's takeByTopology
+        text) when the pool is too small, and ValueError when the pod has no pod entry.
+        """
+        if pod_uid not in self._pod_entries:
+            raise ValueError(f"pod {pod_uid}: has no pod-level cpuset; allocate its bubble first")
+        entries = self._entries.setdefault(pod_uid, {})
+        consumers = self._pool_consumers.setdefault(pod_uid, set())
+        existing = entries.get(name)
+        if existing is not None and name in consumers:
+            return existing
+        pool = self.pod_shared_pool(pod_uid)
+        if existing is not None and len(existing) == n and existing <= pool:
+            consumers.add(name)
+            return existing
+        self.counters.pinning_requests_total += 1
+        try:
+            cpus = self._take_or_admission_error(pool, n)
+        except AdmissionError:
+            self.counters.pinning_errors_total += 1
+            self.counters.add(self.counters.allocation_errors_total, SOURCE_POD)
+            raise
+        entries[name] = cpus
+        consumers.add(name)
+        self.counters.add(self.counters.allocations_total, SOURCE_POD)
+        self.counters.add(self.counters.container_assignments, AssignmentType.POD_EXCLUSIVE.value)
+        return cpus
+
+    def set_container_cpus(self, pod_uid: str, name: str, cpus: CPUSet) -> None:
+        """Record a container entry that does not consume the pod pool (e.g. a shared container
+        pinned to the pod shared pool); replaces an existing entry."""
+        outside = cpus - self._all
+        if outside:
+            raise ValueError(
+                f"pod {pod_uid}, container {name}: cpus {outside} are not on this machine"
+            )
+        new = name not in self._entries.get(pod_uid, {})
+        self._entries.setdefault(pod_uid, {})[name] = cpus
+        self._pool_consumers.get(pod_uid, set()).discard(name)
+        self._init_slices(pod_uid).discard(name)
+        if new and pod_uid in self._pod_entries:
+            self.counters.add(self.counters.allocations_total, SOURCE_POD)
+            self.counters.add(self.counters.container_assignments, AssignmentType.POD_SHARED.value)
+
+    def release_container_slice(self, pod_uid: str, name: str) -> None:
+        """Give an exited container's exclusive slice back to the pod shared pool.
+
+        The entry is kept (a restart gets the same CPUs back when they are still free); the pod
+        bubble is untouched. Idempotent.
+        """
+        self._pool_consumers.get(pod_uid, set()).discard(name)
+        self._init_slices(pod_uid).discard(name)
+
+    # -- release -----------------------------------------------------------------------------
+    def remove_container(self, pod_uid: str, name: str) -> None:
+        """``RemoveContainer``: drop the entry; a pod-level pod's bubble goes back to the node
+        pool only with its last container entry; a classic container's CPUs go back unless a
+        sibling still holds them. Idempotent."""
+        entries = self._entries.get(pod_uid)
+        if entries is None or name not in entries:
+            return
+        released = entries.pop(name)
+        self._pool_consumers.get(pod_uid, set()).discard(name)
+        self._init_slices(pod_uid).discard(name)
+        bubble = self._pod_entries.get(pod_uid)
+        if bubble is not None:
+            if not entries:
+                self._default = self._default | bubble
+                self._forget_pod(pod_uid)
+            return
+        in_use = EMPTY.union(*entries.values())
+        self._default = self._default | (released - in_use)
+        if not entries:
+            del self._entries[pod_uid]
+
+    def remove_pod(self, pod_uid: str) -> None:
+        """Release everything the pod holds (its bubble or its containers' CPUs). Idempotent."""
+        bubble = self._pod_entries.get(pod_uid)
+        held = EMPTY.union(*self._entries.get(pod_uid, {}).values())
+        self._default = self._default | (bubble if bubble is not None else held)
+        self._forget_pod(pod_uid)
+        self._cpus_to_reuse.pop(pod_uid, None)
+
+    def _forget_pod(self, pod_uid: str) -> None:
+        self._entries.pop(pod_uid, None)
+        self._pod_entries.pop(pod_uid, None)
+        self._pool_consumers.pop(pod_uid, None)
+        self._exclusive_inits.pop(pod_uid, None)
+
+    # -- checkpoint --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able state: policy, default set, entries, pod entries, pool bookkeeping."""
+        return {
+            "policyName": POLICY_STATIC,
+            "defaultCpuSet": str(self._default),
+            "entries": {
+                uid: {name: str(cpus) for name, cpus in sorted(names.items())}
+                for uid, names in sorted(self._entries.items())
+            },
+            "podEntries": {uid: str(cpus) for uid, cpus in sorted(self._pod_entries.items())},
+            "podPoolConsumers": {
+                uid: sorted(names) for uid, names in sorted(self._pool_consumers.items()) if names
+            },
+            "podInitSlices": {
+                uid: sorted(names) for uid, names in sorted(self._exclusive_inits.items()) if names
+            },
+        }
+
+    @classmethod
+    def from_dict(
+        cls,
+        topology: Topology,
+        config: CPUManagerConfig,
+        data: Mapping[str, Any],
+        *,
+        topology_manager_policy: str = "none",
+    ) -> CPUManager:
+        """Restore :meth:`to_dict` output, validated like the kubelet's ``validateState``.
+
+        Raises :class:`CPUStateError` with the kubelet's messages when the state does not fit.
+        """
+        manager = cls(topology, config, topology_manager_policy=topology_manager_policy)
+        policy = data.get("policyName", POLICY_STATIC)
+        if policy != POLICY_STATIC:
+            raise CPUStateError(
+                f'configured policy "{POLICY_STATIC}" differs from state checkpoint policy '
+                f'"{policy}"'
+            )
+        default = _parse_state_set(data.get("defaultCpuSet", ""), "default CPU set")
+        entries: dict[str, dict[str, CPUSet]] = {}
+        for uid, names in dict(data.get("entries", {})).items():
+            for name, text in dict(names).items():
+                what = f'cpuset "{text}" for container "{name}" in pod "{uid}"'
+                entries.setdefault(str(uid), {})[str(name)] = _parse_state_set(text, what)
+        pods = {
+            str(uid): _parse_state_set(text, f'pod cpuset "{text}" for pod "{uid}"')
+            for uid, text in dict(data.get("podEntries", {})).items()
+        }
+        manager._validate_state(default, entries, pods)
+        if not default:
+            default = manager._default
+        manager._default = default
+        manager._entries = entries
+        manager._pod_entries = pods
+        manager._pool_consumers = {
+            str(uid): {str(n) for n in names}
+            for uid, names in dict(data.get("podPoolConsumers", {})).items()
+        }
+        manager._exclusive_inits = {
+            str(uid): {str(n) for n in names}
+            for uid, names in dict(data.get("podInitSlices", {})).items()
+        }
+        return manager
+
+    def _validate_state(
+        self,
+        default: CPUSet,
+        entries: Mapping[str, Mapping[str, CPUSet]],
+        pods: Mapping[str, CPUSet],
+    ) -> None:
+        all_cpus = self._all
+        if self.options.strict_cpu_reservation:
+            all_cpus = all_cpus - self._reserved
+        if not default:
+            if entries:
+                raise CPUStateError("default cpuset cannot be empty")
+            return
+        if self.options.strict_cpu_reservation:
+            overlap = self._reserved & default
+            if overlap:
+                raise CPUStateError(
+                    f'some of strictly reserved cpus: "{overlap}" are present in '
+                    f'defaultCpuSet: "{default}"'
+                )
+        elif not self._reserved <= default:
+            raise CPUStateError(
+                f'not all reserved cpus: "{self._reserved}" are present in defaultCpuSet: '
+                f'"{default}"'
+            )
+        for uid, names in entries.items():
+            for name, cpus in names.items():
+                if cpus & default:
+                    raise CPUStateError(
+                        f'pod: {uid}, container: {name} cpuset: "{cpus}" overlaps with default '
+                        f'cpuset "{default}"'
+                    )
+        known = default.union(*(c for names in entries.values() for c in names.values()))
+        if self._plrm:
+            known = known.union(*pods.values())
+        if known != all_cpus:
+            raise CPUStateError(
+                f'current set of available CPUs "{all_cpus}" doesn\'t match with CPUs in state '
+                f'"{known}"'
+            )
+
+
+def _parse_state_set(text: object, what: str) -> CPUSet:
+    try:
+        return CPUSet.parse(str(text))
+    except CPUSetError as err:
+        raise CPUStateError(f"could not parse {what}: {err}") from err
