@@ -1,0 +1,417 @@
+"""Topology Manager: the kubelet's hint merge, policies, and scope admission flows.
+
+The merge gives the same answer as the kubelet's exhaustive walk over every permutation of the
+providers' hints (``policy.go``), but computes it without enumerating the cross product: the
+kubelet's pairwise comparison is a strict total order on merged (mask, preferred) values, so the
+walk's result is the best achievable value under that order, whatever the enumeration order.
+Preferred results are found by intersecting the providers' preferred masks; only when none
+exists are the achievable non-preferred masks built (at most 2**nodes distinct values).
+
+Hint maps are read in their mapping order (the kubelet iterates a Go map, which is random; with
+a total order the order only matters for identical values, which are interchangeable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from nri_plrm.engine.bitmask import mask_of
+from nri_plrm.engine.types import (
+    TOPOLOGY_AFFINITY_ERROR,
+    AdmissionError,
+    ContainerSpec,
+    HintMap,
+    PodSpec,
+    TopologyHint,
+)
+from nri_plrm.topology.model import Topology
+
+POLICY_NONE = "none"
+POLICY_BEST_EFFORT = "best-effort"
+POLICY_RESTRICTED = "restricted"
+POLICY_SINGLE_NUMA_NODE = "single-numa-node"
+POLICIES = (POLICY_NONE, POLICY_BEST_EFFORT, POLICY_RESTRICTED, POLICY_SINGLE_NUMA_NODE)
+
+SCOPE_CONTAINER = "container"
+SCOPE_POD = "pod"
+SCOPES = (SCOPE_CONTAINER, SCOPE_POD)
+
+OPTION_PREFER_CLOSEST = "prefer-closest-numa-nodes"
+OPTION_MAX_ALLOWABLE = "max-allowable-numa-nodes"
+DEFAULT_MAX_ALLOWABLE_NUMA_NODES = 8
+
+TOPOLOGY_AFFINITY_MESSAGE = "Resources cannot be allocated with Topology locality"
+POD_SCOPE_PREFIX = "Pod Scope "
+POD_LEVEL_POD_SCOPE_MESSAGE = (
+    "pod with pod-level resources failed admission under pod-scope topology manager"
+)
+POD_LEVEL_CONTAINER_SCOPE_MESSAGE = (
+    "pod with pod-level resources failed admission with a container-level topology manager"
+)
+
+NO_PREFERENCE = TopologyHint(None, True)
+"""What a provider without an opinion contributes."""
+UNSATISFIABLE = TopologyHint(None, False)
+"""What a resource that cannot be placed anywhere contributes; also ``GetAffinity``'s zero."""
+
+_GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+_GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+
+
+class TopologyManagerConfigError(ValueError):
+    """A topology manager setting the kubelet would refuse (message as the kubelet's)."""
+
+
+def topology_affinity_error() -> AdmissionError:
+    """The kubelet's ``TopologyAffinityError``."""
+    return AdmissionError(TOPOLOGY_AFFINITY_ERROR, TOPOLOGY_AFFINITY_MESSAGE)
+
+
+def pod_level_topology_affinity_error(message: str) -> AdmissionError:
+    """The kubelet's ``PodLevelTopologyAffinityError(message)`` (reason TopologyAffinityError)."""
+    return AdmissionError(
+        TOPOLOGY_AFFINITY_ERROR, POD_SCOPE_PREFIX + (message or TOPOLOGY_AFFINITY_MESSAGE)
+    )
+
+
+@dataclass(frozen=True)
+class TopologyManagerConfig:
+    """``topologyManagerPolicy``, ``topologyManagerScope`` and the two policy options."""
+
+    policy: str = POLICY_NONE
+    scope: str = SCOPE_CONTAINER
+    prefer_closest_numa_nodes: bool = False
+    max_allowable_numa_nodes: int = DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise TopologyManagerConfigError(f'unknown policy: "{self.policy}"')
+        if self.scope not in SCOPES:
+            raise TopologyManagerConfigError(f'unknown scope: "{self.scope}"')
+        if self.max_allowable_numa_nodes < DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
+            raise TopologyManagerConfigError(
+                f'the minimum value of "{OPTION_MAX_ALLOWABLE}" should not be less than '
+                f"{DEFAULT_MAX_ALLOWABLE_NUMA_NODES}"
+            )
+
+    @classmethod
+    def from_options(
+        cls, policy: str, scope: str, options: Mapping[str, str] | None = None
+    ) -> TopologyManagerConfig:
+        """Build from ``topologyManagerPolicyOptions`` strings, validated as the kubelet does."""
+        prefer = False
+        max_nodes = DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+        for name, value in (options or {}).items():
+            if name == OPTION_PREFER_CLOSEST:
+                if value in _GO_TRUE:
+                    prefer = True
+                elif value in _GO_FALSE:
+                    prefer = False
+                else:
+                    raise TopologyManagerConfigError(
+                        f'bad value for option "{name}": strconv.ParseBool: parsing '
+                        f'"{value}": invalid syntax'
+                    )
+            elif name == OPTION_MAX_ALLOWABLE:
+                try:
+                    max_nodes = int(value, 10)
+                except ValueError:
+                    raise TopologyManagerConfigError(
+                        f'unable to convert policy option to integer "{name}": strconv.Atoi: '
+                        f'parsing "{value}": invalid syntax'
+                    ) from None
+            else:
+                raise TopologyManagerConfigError(
+                    f'unknown Topology Manager Policy option: "{name}"'
+                )
+        return cls(policy, scope, prefer, max_nodes)
+
+
+class HintProvider(Protocol):
+    """What the CPU and memory managers offer the topology manager."""
+
+    def get_topology_hints(self, pod: PodSpec, container: ContainerSpec) -> HintMap | None:
+        """Hints for one container (container scope)."""
+        ...
+
+    def get_pod_topology_hints(self, pod: PodSpec) -> HintMap | None:
+        """Hints for the whole pod (pod scope)."""
+        ...
+
+    def allocate(self, pod: PodSpec, container: ContainerSpec, hint: TopologyHint | None) -> None:
+        """Allocate one container with the merged hint; raise ``AdmissionError``."""
+        ...
+
+    def allocate_pod(self, pod: PodSpec, hint: TopologyHint | None) -> None:
+        """Allocate a pod-level pod once (pod scope); raise ``AdmissionError``."""
+        ...
+
+
+def filter_providers_hints(hint_maps: Iterable[HintMap | None]) -> list[list[TopologyHint]]:
+    """``filterProvidersHints``: one hint list per (provider, resource), in provider order.
+
+    A provider with no map (None or empty) or a resource with a None list contributes
+    ``[{nil, preferred}]``; an empty list contributes ``[{nil, not preferred}]``.
+    """
+    out: list[list[TopologyHint]] = []
+    for hints in hint_maps:
+        if not hints:
+            out.append([NO_PREFERENCE])
+            continue
+        for resource_hints in hints.values():
+            if resource_hints is None:
+                out.append([NO_PREFERENCE])
+            elif not resource_hints:
+                out.append([UNSATISFIABLE])
+            else:
+                out.append(list(resource_hints))
+    return out
+
+
+def filter_single_numa_hints(lists: Sequence[Sequence[TopologyHint]]) -> list[list[TopologyHint]]:
+    """``filterSingleNumaHints``: keep preferred hints that name no node or exactly one."""
+    return [
+        [
+            h
+            for h in hints
+            if h.preferred and (h.numa_affinity is None or h.numa_affinity.bit_count() == 1)
+        ]
+        for hints in lists
+    ]
+
+
+def _narrowest_count(hints: Sequence[TopologyHint]) -> int | None:
+    best: int | None = None
+    for h in hints:
+        if h.numa_affinity is None:
+            continue
+        c = h.numa_affinity.bit_count()
+        if best is None or c < best:
+            best = c
+    return best
+
+
+def max_of_min_affinity_counts(lists: Sequence[Sequence[TopologyHint]]) -> int:
+    """``maxOfMinAffinityCounts``: the widest of the providers' narrowest masks (0 if none)."""
+    out = 0
+    for hints in lists:
+        c = _narrowest_count(hints)
+        if c is not None and c > out:
+            out = c
+    return out
+
+
+FitKey = Callable[[int], tuple[int, ...]]
+
+
+def merge_hints(
+    lists: Sequence[Sequence[TopologyHint]],
+    default_affinity: int,
+    fit_key: FitKey,
+) -> TopologyHint:
+    """``HintMerger.Merge`` over already filtered lists.
+
+    ``fit_key`` orders masks the way ``CompareNUMAAffinityMasks`` does (smaller is fitter):
+    see :meth:`TopologyManager.fit_key`.
+    """
+    if not lists:
+        return TopologyHint(default_affinity, True)
+    if any(not hints for hints in lists):
+        return TopologyHint(default_affinity, False)
+    best_pref = _best_preferred(lists, default_affinity, fit_key)
+    if best_pref is not None:
+        return TopologyHint(best_pref, True)
+    target = max_of_min_affinity_counts(lists)
+    achievable = {default_affinity}
+    for hints in lists:
+        masks = {default_affinity if h.numa_affinity is None else h.numa_affinity for h in hints}
+        achievable = {a & m for a in achievable for m in masks}
+    achievable.discard(0)
+    if not achievable:
+        return TopologyHint(default_affinity, False)
+
+    def non_preferred_key(mask: int) -> tuple[int, ...]:
+        c = mask.bit_count()
+        if c == target:
+            return (0, 0, *fit_key(mask))
+        if c < target:
+            return (1, -c, *fit_key(mask))
+        return (2, 0, *fit_key(mask))
+
+    return TopologyHint(min(achievable, key=non_preferred_key), False)
+
+
+def _best_preferred(
+    lists: Sequence[Sequence[TopologyHint]], default_affinity: int, fit_key: FitKey
+) -> int | None:
+    """The fittest merged mask among permutations the kubelet would mark preferred, or None."""
+    pref_masks: list[set[int]] = []
+    pref_nil: list[bool] = []
+    for hints in lists:
+        masks: set[int] = set()
+        nil = False
+        for h in hints:
+            if not h.preferred:
+                continue
+            if h.numa_affinity is None:
+                nil = True
+            else:
+                masks.add(h.numa_affinity)
+        pref_masks.append(masks)
+        pref_nil.append(nil)
+    candidates: set[int] = set()
+    if all(pref_nil):
+        candidates.add(default_affinity)
+    for mask in set().union(*pref_masks):
+        if all(mask in ms or nil for ms, nil in zip(pref_masks, pref_nil, strict=True)):
+            candidates.add(mask & default_affinity)
+    candidates.discard(0)
+    if not candidates:
+        return None
+    return min(candidates, key=fit_key)
+
+
+class TopologyManager:
+    """Policy, merge and the per-container affinity store of one node's topology manager."""
+
+    def __init__(self, topology: Topology, config: TopologyManagerConfig) -> None:
+        if config.policy != POLICY_NONE and topology.num_numa_nodes > (
+            config.max_allowable_numa_nodes
+        ):
+            raise TopologyManagerConfigError(
+                f"unsupported on machines with more than {config.max_allowable_numa_nodes} "
+                f"NUMA Nodes (this machine has {topology.num_numa_nodes}; raise "
+                f'"{OPTION_MAX_ALLOWABLE}")'
+            )
+        self.topology = topology
+        self.config = config
+        self.default_affinity = mask_of(topology.numa_ids)
+        self._affinity: dict[str, dict[str, TopologyHint]] = {}
+        self._use_closest = config.prefer_closest_numa_nodes and (
+            config.policy != POLICY_SINGLE_NUMA_NODE
+        )
+        self._distance_sums: dict[int, int] = {}
+
+    @property
+    def policy(self) -> str:
+        """The configured policy name."""
+        return self.config.policy
+
+    @property
+    def scope(self) -> str:
+        """The configured scope name."""
+        return self.config.scope
+
+    def fit_key(self, mask: int) -> tuple[int, ...]:
+        """Sort key of ``CompareNUMAAffinityMasks``: narrowest, or closest with the option on.
+
+        Closest compares masks of equal width by average distance over all ordered node pairs
+        (equal widths have equal pair counts, so the distance sums compare the same way), then
+        numerically.
+        """
+        if not self._use_closest:
+            return (mask.bit_count(), mask)
+        total = self._distance_sums.get(mask)
+        if total is None:
+            nodes = [n for n in self.topology.numa_ids if mask >> n & 1]
+            total = sum(self.topology.distance(a, b) for a in nodes for b in nodes)
+            self._distance_sums[mask] = total
+        return (mask.bit_count(), total, mask)
+
+    def merge(self, hint_maps: Iterable[HintMap | None]) -> tuple[TopologyHint, bool]:
+        """The policy's ``Merge``: the best hint and whether the pod may be admitted."""
+        policy = self.config.policy
+        if policy == POLICY_NONE:
+            return UNSATISFIABLE, True
+        lists = filter_providers_hints(hint_maps)
+        if policy == POLICY_SINGLE_NUMA_NODE:
+            lists = filter_single_numa_hints(lists)
+        best = merge_hints(lists, self.default_affinity, self.fit_key)
+        if policy == POLICY_SINGLE_NUMA_NODE:
+            if best.numa_affinity == self.default_affinity:
+                best = TopologyHint(None, best.preferred)
+            return best, best.preferred
+        if policy == POLICY_RESTRICTED:
+            return best, best.preferred
+        return best, True
+
+    # affinity store ---------------------------------------------------------------------------
+
+    def get_affinity(self, pod_uid: str, name: str) -> TopologyHint:
+        """The hint stored for a container, or the zero hint ``{nil, false}``."""
+        return self._affinity.get(pod_uid, {}).get(name, UNSATISFIABLE)
+
+    def set_affinity(self, pod_uid: str, name: str, hint: TopologyHint) -> None:
+        """Store the hint a container was admitted with."""
+        self._affinity.setdefault(pod_uid, {})[name] = hint
+
+    def remove_container(self, pod_uid: str, name: str) -> None:
+        """Forget a container's hint."""
+        hints = self._affinity.get(pod_uid)
+        if hints is not None:
+            hints.pop(name, None)
+            if not hints:
+                del self._affinity[pod_uid]
+
+    def remove_pod(self, pod_uid: str) -> None:
+        """Forget every hint of a pod."""
+        self._affinity.pop(pod_uid, None)
+
+    # admission flows --------------------------------------------------------------------------
+
+    def pod_hint(self, pod: PodSpec, providers: Sequence[HintProvider]) -> TopologyHint:
+        """Merge the providers' pod hints; raise ``TopologyAffinityError`` on refusal."""
+        best, admit = self.merge(p.get_pod_topology_hints(pod) for p in providers)
+        if not admit:
+            if pod.has_pod_level_resources:
+                raise pod_level_topology_affinity_error(POD_LEVEL_POD_SCOPE_MESSAGE)
+            raise topology_affinity_error()
+        return best
+
+    def container_hint(
+        self, pod: PodSpec, container: ContainerSpec, providers: Sequence[HintProvider]
+    ) -> TopologyHint:
+        """Merge the providers' hints for one container (container scope)."""
+        best, admit = self.merge(p.get_topology_hints(pod, container) for p in providers)
+        if not admit:
+            if pod.has_pod_level_resources:
+                raise pod_level_topology_affinity_error(POD_LEVEL_CONTAINER_SCOPE_MESSAGE)
+            raise topology_affinity_error()
+        return best
+
+    def admit(self, pod: PodSpec, providers: Sequence[HintProvider]) -> None:
+        """The kubelet's ``Admit`` for the configured policy and scope.
+
+        - policy ``none``: every container is allocated with no hint;
+        - scope ``container``: merge and allocate container by container (init containers first);
+        - scope ``pod``, classic pod: one merge over pod hints, the same hint for every container;
+        - scope ``pod``, pod-level pod: one merge, then ``allocate_pod`` once per provider.
+
+        Providers are called in order. Raises ``AdmissionError``; what the providers allocated
+        before a failure is the caller's to roll back.
+        """
+        containers = pod.all_containers()
+        if self.config.policy == POLICY_NONE:
+            for c in containers:
+                for p in providers:
+                    p.allocate(pod, c, None)
+            return
+        if self.config.scope == SCOPE_CONTAINER:
+            for c in containers:
+                hint = self.container_hint(pod, c, providers)
+                self.set_affinity(pod.uid, c.name, hint)
+                for p in providers:
+                    p.allocate(pod, c, hint)
+            return
+        hint = self.pod_hint(pod, providers)
+        for c in containers:
+            self.set_affinity(pod.uid, c.name, hint)
+        if pod.has_pod_level_resources:
+            for p in providers:
+                p.allocate_pod(pod, hint)
+            return
+        for c in containers:
+            for p in providers:
+                p.allocate(pod, c, hint)
