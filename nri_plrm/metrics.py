@@ -1,0 +1,512 @@
+"""Prometheus metrics on a private registry, and the ``/metrics`` + ``/healthz`` HTTP server.
+
+The three resource-manager metrics carry the kubelet's names and labels. Everything else is
+about running the plugin itself. Labels are low-cardinality only: never pod or container names.
+Every metric is documented in ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from nri_plrm import __version__ as VERSION
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.types import (
+    EMPTY_POD_SHARED_POOL_ERROR,
+    AssignmentType,
+    ContainerAssignment,
+)
+from nri_plrm.podresources.view import PodResourcesView, reported_containers
+from nri_plrm.topology.model import Topology
+
+SOURCES = ("pod", "node")
+RESOURCES = ("cpu", "memory")
+ASSIGNMENT_TYPES = (
+    AssignmentType.NODE_EXCLUSIVE.value,
+    AssignmentType.POD_EXCLUSIVE.value,
+    AssignmentType.POD_SHARED.value,
+)
+"""The kubelet's ``assignment_type`` label values."""
+_SOURCE_OF = {AssignmentType.POD_EXCLUSIVE: "pod", AssignmentType.NODE_EXCLUSIVE: "node"}
+RECONCILE_ACTIONS = ("adopted", "corrected", "released")
+NEAR_TIMEOUT_FRACTION = 0.5
+"""A request that took at least this fraction of the runtime's timeout counts as near it."""
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+_log = logging.getLogger(__name__)
+
+
+class Metrics:
+    """Every metric the plugin exports, on its own :class:`CollectorRegistry`.
+
+    Thread-safe (prometheus-client's primitives are). ``request_timeout`` is containerd's
+    ``plugin_request_timeout`` in seconds, used to count requests that came close to it.
+    """
+
+    def __init__(self, request_timeout: float = 2.0) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.request_timeout = request_timeout
+        self._lock = threading.Lock()
+        self._connected = False
+        self._synchronized = False
+        self._connections = 0
+        self._view: PodResourcesView | None = None
+        self._topology: Topology | None = None
+        r = self.registry
+
+        self.allocations = Counter(
+            "resource_manager_allocations",
+            "Number of exclusive resource allocations performed by a resource manager.",
+            ["resource_name", "source"],
+            registry=r,
+        )
+        self.allocation_errors = Counter(
+            "resource_manager_allocation_errors",
+            "Number of errors encountered during exclusive resource allocation.",
+            ["resource_name", "source"],
+            registry=r,
+        )
+        self.container_assignments = Gauge(
+            "resource_manager_container_assignments",
+            "Number of containers with a specific type of resource assignment.",
+            ["resource_name", "assignment_type"],
+            registry=r,
+        )
+        self.admission_requests = Counter(
+            "topology_manager_admission_requests",
+            "Number of admission requests where resources have to be aligned.",
+            registry=r,
+        )
+        self.admission_errors = Counter(
+            "topology_manager_admission_errors",
+            "Number of admission request failures, by the kubelet's rejection reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.pinning_requests = Counter(
+            "resource_manager_pinning_requests",
+            "Containers whose cpuset (cpu) or NUMA memory (memory) the plugin pinned.",
+            ["resource_name"],
+            registry=r,
+        )
+        self.pinning_errors = Counter(
+            "resource_manager_pinning_errors",
+            "Pinning requests that failed.",
+            ["resource_name"],
+            registry=r,
+        )
+        self.node_shared_pool = Gauge(
+            "cpu_manager_shared_pool_size_millicores",
+            "Size of the node's shared CPU pool in millicores.",
+            registry=r,
+        )
+        self.pod_shared_pools = Gauge(
+            "nri_plrm_pod_shared_pool_size_millicores",
+            "Sum of the sizes of all pod shared pools in millicores.",
+            registry=r,
+        )
+        self.pod_shared_pool_count = Gauge(
+            "nri_plrm_pod_shared_pools",
+            "Number of pods that hold a pod shared pool.",
+            registry=r,
+        )
+        self.exclusive_cpus = Gauge(
+            "cpu_manager_exclusive_cpu_allocation_count",
+            "Number of CPUs exclusively allocated to containers or pods.",
+            registry=r,
+        )
+        self.exclusive_cpus_per_numa = Gauge(
+            "cpu_manager_allocation_per_numa",
+            "Number of CPUs exclusively allocated per NUMA node.",
+            ["numa_node"],
+            registry=r,
+        )
+        self.nri_connected = Gauge(
+            "nri_plrm_nri_connected", "1 while connected to the runtime's NRI socket.", registry=r
+        )
+        self.nri_synchronized = Gauge(
+            "nri_plrm_nri_synchronized",
+            "1 once the current NRI connection completed Configure and Synchronize.",
+            registry=r,
+        )
+        self.nri_reconnects = Counter(
+            "nri_plrm_nri_reconnects",
+            "Connections to the runtime after the first one.",
+            registry=r,
+        )
+        self.nri_request_duration = Histogram(
+            "nri_plrm_nri_request_duration_seconds",
+            "Time spent handling NRI requests, by event.",
+            ["event"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.nri_request_failures = Counter(
+            "nri_plrm_nri_request_failures",
+            "NRI requests answered with an error, by event.",
+            ["event"],
+            registry=r,
+        )
+        self.nri_near_timeout = Counter(
+            "nri_plrm_nri_requests_near_timeout",
+            "NRI requests that took at least half of the runtime's request timeout, by event.",
+            ["event"],
+            registry=r,
+        )
+        self.checkpoint_writes = Counter(
+            "nri_plrm_checkpoint_writes", "Checkpoint writes that succeeded.", registry=r
+        )
+        self.checkpoint_failures = Counter(
+            "nri_plrm_checkpoint_write_failures", "Checkpoint writes that failed.", registry=r
+        )
+        self.checkpoint_duration = Histogram(
+            "nri_plrm_checkpoint_write_duration_seconds",
+            "Time to write the checkpoint (incl. fsync).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.checkpoint_corrupt = Counter(
+            "nri_plrm_checkpoint_corrupt",
+            "Checkpoint files found corrupt or unreadable and moved aside.",
+            registry=r,
+        )
+        self.reconciled = Counter(
+            "nri_plrm_reconciled_containers",
+            "Containers adopted, corrected or released while reconciling with the runtime.",
+            ["action"],
+            registry=r,
+        )
+        self.pod_cache_available = Gauge(
+            "nri_plrm_pod_cache_available",
+            "1 while the Kubernetes API pod cache is synced; 0 means NRI-only inference.",
+            registry=r,
+        )
+        self.podresources_requests = Counter(
+            "nri_plrm_podresources_requests",
+            "PodResources API requests, by method and gRPC status code.",
+            ["method", "code"],
+            registry=r,
+        )
+        self.build_info = Gauge(
+            "nri_plrm_build_info", "Always 1; the plugin's version.", ["version"], registry=r
+        )
+        self.build_info.labels(version=VERSION).set(1)
+        for resource in RESOURCES:
+            for source in SOURCES:
+                self.allocations.labels(resource_name=resource, source=source)
+                self.allocation_errors.labels(resource_name=resource, source=source)
+            self.pinning_requests.labels(resource_name=resource)
+            self.pinning_errors.labels(resource_name=resource)
+        for kind in ASSIGNMENT_TYPES:
+            self.container_assignments.labels(resource_name="cpu", assignment_type=kind)
+        for action in RECONCILE_ACTIONS:
+            self.reconciled.labels(action=action)
+
+    # Resource managers -----------------------------------------------------------------
+
+    def record_allocation(self, resource_name: str, source: str, ok: bool = True) -> None:
+        """One exclusive allocation (``source`` ``pod`` or ``node``), or its failure."""
+        _check(source, SOURCES, "source")
+        counter = self.allocations if ok else self.allocation_errors
+        counter.labels(resource_name=resource_name, source=source).inc()
+
+    def set_container_assignments(
+        self, counts: Mapping[AssignmentType, int], resource_name: str = "cpu"
+    ) -> None:
+        """Containers currently running with each assignment type (missing types = 0)."""
+        for kind in ASSIGNMENT_TYPES:
+            value = counts.get(AssignmentType(kind), 0)
+            self.container_assignments.labels(
+                resource_name=resource_name, assignment_type=kind
+            ).set(value)
+
+    def record_admission(self, reason: str | None = None) -> None:
+        """One topology manager admission; ``reason`` is the rejection reason, None if admitted."""
+        self.admission_requests.inc()
+        if reason is not None:
+            self.admission_errors.labels(reason=reason).inc()
+
+    def record_pinning(self, resource_name: str, ok: bool = True) -> None:
+        """One container pinned (``cpu``: cpuset, ``memory``: NUMA nodes), or its failure."""
+        _check(resource_name, RESOURCES, "resource_name")
+        self.pinning_requests.labels(resource_name=resource_name).inc()
+        if not ok:
+            self.pinning_errors.labels(resource_name=resource_name).inc()
+
+    def set_pools(
+        self,
+        node_shared_millicores: int,
+        pod_shared_millicores: Mapping[str, int],
+        exclusive_per_numa: Mapping[int, int],
+    ) -> None:
+        """Pool sizes: node shared pool, each pod's shared pool (summed), exclusive per NUMA."""
+        self.node_shared_pool.set(node_shared_millicores)
+        self.pod_shared_pools.set(sum(pod_shared_millicores.values()))
+        self.pod_shared_pool_count.set(len(pod_shared_millicores))
+        self.exclusive_cpus.set(sum(exclusive_per_numa.values()))
+        for node, count in exclusive_per_numa.items():
+            self.exclusive_cpus_per_numa.labels(numa_node=str(node)).set(count)
+
+    # NRI connection --------------------------------------------------------------------
+
+    def on_connect(self) -> None:
+        """The stub connected to the runtime (counts reconnects after the first)."""
+        with self._lock:
+            self._connections += 1
+            if self._connections > 1:
+                self.nri_reconnects.inc()
+            self._connected = True
+            self._synchronized = False
+        self.nri_connected.set(1)
+        self.nri_synchronized.set(0)
+
+    def on_disconnect(self) -> None:
+        """The connection to the runtime was lost."""
+        with self._lock:
+            self._connected = False
+            self._synchronized = False
+        self.nri_connected.set(0)
+        self.nri_synchronized.set(0)
+
+    def set_synchronized(self) -> None:
+        """Configure and Synchronize completed on the current connection."""
+        with self._lock:
+            if not self._connected:
+                return
+            self._synchronized = True
+        self.nri_synchronized.set(1)
+
+    def on_request(self, method: str, seconds: float, ok: bool) -> None:
+        """One NRI request handled (the stub's observer hook)."""
+        self.nri_request_duration.labels(event=method).observe(seconds)
+        if not ok:
+            self.nri_request_failures.labels(event=method).inc()
+        if seconds >= self.request_timeout * NEAR_TIMEOUT_FRACTION:
+            self.nri_near_timeout.labels(event=method).inc()
+            _log.warning(
+                "NRI %s took %.3f s, near the runtime's %.1f s timeout",
+                method,
+                seconds,
+                self.request_timeout,
+            )
+
+    def health(self) -> tuple[bool, str]:
+        """(healthy, why): healthy only when connected to NRI and synchronized."""
+        with self._lock:
+            if not self._connected:
+                return False, "not connected to the runtime's NRI socket"
+            if not self._synchronized:
+                return False, "connected to NRI, waiting for Synchronize"
+        return True, "ok"
+
+    # State -----------------------------------------------------------------------------
+
+    def record_checkpoint_write(self, seconds: float, ok: bool = True) -> None:
+        """One checkpoint write and how long it took."""
+        self.checkpoint_duration.observe(seconds)
+        (self.checkpoint_writes if ok else self.checkpoint_failures).inc()
+
+    def record_corrupt_checkpoint(self) -> None:
+        """A checkpoint was found corrupt and moved aside."""
+        self.checkpoint_corrupt.inc()
+
+    def record_reconcile(self, action: str, count: int = 1) -> None:
+        """Containers ``adopted``, ``corrected`` or ``released`` during reconciliation."""
+        _check(action, RECONCILE_ACTIONS, "action")
+        self.reconciled.labels(action=action).inc(count)
+
+    def set_pod_cache_available(self, available: bool) -> None:
+        """Whether the Kubernetes API pod cache is usable (False = NRI-only fallback)."""
+        self.pod_cache_available.set(1 if available else 0)
+
+    def observe_podresources(self, method: str, code: str) -> None:
+        """One PodResources request and its gRPC status code name."""
+        self.podresources_requests.labels(method=method, code=code).inc()
+
+    # Gauges computed from the plugin's view at scrape time ------------------------------
+
+    def attach_view(self, view: PodResourcesView, topology: Topology) -> None:
+        """Compute assignment counts and pool sizes from ``view`` at every scrape."""
+        self._view = view
+        self._topology = topology
+
+    def refresh(self) -> None:
+        """Recompute the view-derived gauges (no-op without an attached view)."""
+        view, topology = self._view, self._topology
+        if view is None or topology is None:
+            return
+        counts: dict[AssignmentType, int] = {}
+        exclusive = CPUSet()
+        pod_pools: dict[str, int] = {}
+        for pod in view.pods():
+            container_exclusive = CPUSet()
+            for container in reported_containers(pod):
+                a = container.assignment
+                if a is None:
+                    continue
+                counts[a.assignment] = counts.get(a.assignment, 0) + 1
+                if a.exclusive:
+                    container_exclusive |= a.cpus
+            exclusive |= container_exclusive | pod.cpus
+            if pod.cpus:
+                pod_pools[pod.uid] = len(pod.cpus - container_exclusive) * 1000
+        self.set_container_assignments(counts)
+        per_numa = {n: len(exclusive & node.cpus) for n, node in topology.numa_nodes.items()}
+        self.set_pools(len(topology.all_cpus - exclusive) * 1000, pod_pools, per_numa)
+
+    # Hooks the plugin calls as ``metrics.plugin_<event>(...)`` ---------------------------
+
+    def plugin_assignment(
+        self, assignment_type: str, assignment: ContainerAssignment | None = None
+    ) -> None:
+        """A container was placed: count the exclusive allocation and the pinning."""
+        kind = AssignmentType(assignment_type)
+        source = _SOURCE_OF.get(kind)
+        if source is not None:
+            self.record_allocation("cpu", source)
+            if assignment is not None and assignment.memory:
+                self.record_allocation("memory", source)
+        self.record_pinning("cpu")
+        if assignment is not None and assignment.mems:
+            self.record_pinning("memory")
+
+    def plugin_allocation_error(self, reason: str, source: str | None = None) -> None:
+        """A container's exclusive allocation failed with the kubelet's ``reason``."""
+        if source is None:
+            source = "pod" if reason == EMPTY_POD_SHARED_POOL_ERROR else "node"
+        self.record_allocation("cpu", source, ok=False)
+        self.record_pinning("cpu", ok=False)
+
+    def plugin_admitted(self) -> None:
+        """A pod passed topology manager admission."""
+        self.record_admission(None)
+
+    def plugin_admission_rejected(self, reason: str) -> None:
+        """A pod was rejected at admission with the kubelet's ``reason``."""
+        self.record_admission(reason)
+
+    def plugin_checkpoint_write(self, ok: bool, seconds: float) -> None:
+        """A checkpoint write finished."""
+        self.record_checkpoint_write(seconds, ok)
+
+    def plugin_checkpoint_corrupt(self, kind: str) -> None:
+        """The checkpoint was unusable (``kind`` is logged by the plugin, not a label)."""
+        self.record_corrupt_checkpoint()
+
+    def plugin_adopted(self) -> None:
+        """Reconciliation adopted a container the checkpoint did not know."""
+        self.record_reconcile("adopted")
+
+    def plugin_reconcile_corrected(self) -> None:
+        """Reconciliation corrected a container's cpuset or mems."""
+        self.record_reconcile("corrected")
+
+    def plugin_released(self) -> None:
+        """Reconciliation released a container that is gone."""
+        self.record_reconcile("released")
+
+    def exposition(self) -> bytes:
+        """The text exposition of every metric (view-derived gauges refreshed first)."""
+        self.refresh()
+        data: bytes = generate_latest(self.registry)
+        return data
+
+
+def _check(value: str, allowed: tuple[str, ...], label: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"metric label {label}={value!r}: must be one of {', '.join(allowed)}")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:9740`` for IPv6) as a (host, port) pair."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"metrics.address {address!r}: must be host:port")
+    return host.strip("[]"), int(port)
+
+
+class MetricsServer:
+    """Serves ``/metrics`` and ``/healthz`` from a background thread.
+
+    ``/healthz`` answers 200 ``ok`` only when ``health()`` says so, else 503 with the reason.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        address: str,
+        health: Callable[[], tuple[bool, str]] | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.health = health or metrics.health
+        host, port = parse_address(address)
+        handler = _handler_class(self)
+        server_class = ThreadingHTTPServer
+        if ":" in host:
+            server_class = _IPv6Server
+        self._http = server_class((host, port), handler)
+        self._http.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return int(self._http.server_address[1])
+
+    def start(self) -> None:
+        """Start serving in a daemon thread."""
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, name="metrics-http", daemon=True
+        )
+        self._thread.start()
+        _log.info("metrics listening on %s:%d", self._http.server_address[0], self.port)
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._thread is not None:
+            self._http.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._http.server_close()
+
+
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _handler_class(server: MetricsServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._reply(200, server.metrics.exposition(), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                ok, why = server.health()
+                self._reply(200 if ok else 503, (why + "\n").encode(), "text/plain; charset=utf-8")
+            else:
+                self._reply(404, b"not found: try /metrics or /healthz\n", "text/plain")
+
+        def _reply(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            _log.debug("metrics http: " + format, *args)
+
+    return Handler

@@ -1,0 +1,246 @@
+"""Metrics: names, labels and values as scraped over HTTP and parsed by prometheus-client."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.types import (
+    EMPTY_POD_SHARED_POOL_ERROR,
+    TOPOLOGY_AFFINITY_ERROR,
+    AssignmentType,
+    ContainerAssignment,
+    MemoryBlock,
+)
+from nri_plrm.metrics import Metrics, MetricsServer, parse_address
+from nri_plrm.podresources.view import ContainerView, PodView, StaticView
+from nri_plrm.topology.model import CPUInfo, Topology
+
+GI = 1024**3
+
+
+@pytest.fixture
+def server() -> Iterator[MetricsServer]:
+    s = MetricsServer(Metrics(request_timeout=2.0), "127.0.0.1:0")
+    s.start()
+    yield s
+    s.stop()
+
+
+def fetch(server: MetricsServer, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    return samples(text)[(name, frozenset(labels.items()))]
+
+
+def test_seed_metric_names_and_labels(server: MetricsServer) -> None:
+    m = server.metrics
+    pod_exclusive = ContainerAssignment(
+        AssignmentType.POD_EXCLUSIVE,
+        CPUSet([1, 2]),
+        CPUSet([0]),
+        (MemoryBlock((0,), "memory", 2 * GI),),
+    )
+    m.plugin_assignment("pod_exclusive", pod_exclusive)
+    m.plugin_assignment("pod_shared")
+    m.plugin_assignment("node_exclusive")
+    m.plugin_assignment("node_exclusive")
+    m.plugin_allocation_error(EMPTY_POD_SHARED_POOL_ERROR)
+    m.plugin_admission_rejected(TOPOLOGY_AFFINITY_ERROR)
+    m.plugin_admitted()
+    status, text = fetch(server, "/metrics")
+    assert status == 200
+    assert value(text, "resource_manager_allocations_total", resource_name="cpu", source="pod") == 1
+    assert (
+        value(text, "resource_manager_allocations_total", resource_name="cpu", source="node") == 2
+    )
+    assert (
+        value(text, "resource_manager_allocations_total", resource_name="memory", source="pod") == 1
+    )
+    assert (
+        value(text, "resource_manager_allocation_errors_total", resource_name="cpu", source="pod")
+        == 1
+    )
+    assert (
+        value(text, "resource_manager_allocation_errors_total", resource_name="cpu", source="node")
+        == 0
+    )
+    assert value(text, "topology_manager_admission_requests_total") == 2
+    assert (
+        value(text, "topology_manager_admission_errors_total", reason="TopologyAffinityError") == 1
+    )
+    assert value(text, "resource_manager_pinning_requests_total", resource_name="cpu") == 5
+    assert value(text, "resource_manager_pinning_requests_total", resource_name="memory") == 1
+    assert value(text, "resource_manager_pinning_errors_total", resource_name="cpu") == 1
+    names = {name for name, _ in samples(text)}
+    assert "resource_manager_container_assignments" in names
+    assert "resource_manager_allocations" not in names
+
+
+def _machine() -> Topology:
+    return Topology.build(
+        [CPUInfo(c, c, 0, c // 4, 0) for c in range(8)], {0: {"memory": GI}, 1: {"memory": GI}}
+    )
+
+
+def test_view_derived_gauges(server: MetricsServer) -> None:
+    def a(kind: AssignmentType, cpus: str) -> ContainerAssignment:
+        return ContainerAssignment(kind, CPUSet.parse(cpus), CPUSet())
+
+    pod = PodView(
+        "u1",
+        "ns",
+        "p",
+        (
+            ContainerView("main", a(AssignmentType.POD_EXCLUSIVE, "4-5")),
+            ContainerView("side1", a(AssignmentType.POD_SHARED, "6-7")),
+            ContainerView("side2", a(AssignmentType.POD_SHARED, "6-7")),
+        ),
+        cpus=CPUSet.parse("4-7"),
+    )
+    classic = PodView(
+        "u2",
+        "ns",
+        "q",
+        (
+            ContainerView("x", a(AssignmentType.NODE_EXCLUSIVE, "1")),
+            ContainerView("y", a(AssignmentType.NODE_SHARED, "0,2-3")),
+        ),
+    )
+    server.metrics.attach_view(StaticView((pod, classic)), _machine())
+    _, text = fetch(server, "/metrics")
+    ca = "resource_manager_container_assignments"
+    assert value(text, ca, resource_name="cpu", assignment_type="pod_exclusive") == 1
+    assert value(text, ca, resource_name="cpu", assignment_type="pod_shared") == 2
+    assert value(text, ca, resource_name="cpu", assignment_type="node_exclusive") == 1
+    assert value(text, "cpu_manager_shared_pool_size_millicores") == 3000
+    assert value(text, "nri_plrm_pod_shared_pool_size_millicores") == 2000
+    assert value(text, "nri_plrm_pod_shared_pools") == 1
+    assert value(text, "cpu_manager_exclusive_cpu_allocation_count") == 5
+    assert value(text, "cpu_manager_allocation_per_numa", numa_node="0") == 1
+    assert value(text, "cpu_manager_allocation_per_numa", numa_node="1") == 4
+
+
+def test_healthz_follows_nri_state(server: MetricsServer) -> None:
+    m = server.metrics
+    assert fetch(server, "/healthz") == (503, "not connected to the runtime's NRI socket\n")
+    m.on_connect()
+    assert fetch(server, "/healthz") == (503, "connected to NRI, waiting for Synchronize\n")
+    m.set_synchronized()
+    assert fetch(server, "/healthz") == (200, "ok\n")
+    m.on_disconnect()
+    assert fetch(server, "/healthz")[0] == 503
+    m.on_connect()
+    m.set_synchronized()
+    _, text = fetch(server, "/metrics")
+    assert value(text, "nri_plrm_nri_reconnects_total") == 1
+    assert value(text, "nri_plrm_nri_connected") == 1
+    assert value(text, "nri_plrm_nri_synchronized") == 1
+
+
+def test_unknown_path(server: MetricsServer) -> None:
+    assert fetch(server, "/nope")[0] == 404
+
+
+def test_request_latency_and_near_timeout(server: MetricsServer) -> None:
+    m = server.metrics
+    m.on_request("CreateContainer", 0.002, True)
+    m.on_request("CreateContainer", 1.5, False)
+    m.on_request("Synchronize", 0.9, True)
+    _, text = fetch(server, "/metrics")
+    assert value(text, "nri_plrm_nri_request_duration_seconds_count", event="CreateContainer") == 2
+    assert (
+        value(
+            text,
+            "nri_plrm_nri_request_duration_seconds_bucket",
+            event="CreateContainer",
+            le="0.0025",
+        )
+        == 1
+    )
+    assert value(text, "nri_plrm_nri_requests_near_timeout_total", event="CreateContainer") == 1
+    assert (
+        "nri_plrm_nri_requests_near_timeout_total",
+        frozenset({("event", "Synchronize")}),
+    ) not in (samples(text))
+    assert value(text, "nri_plrm_nri_request_failures_total", event="CreateContainer") == 1
+
+
+def test_state_metrics(server: MetricsServer) -> None:
+    m = server.metrics
+    m.plugin_checkpoint_write(True, 0.001)
+    m.plugin_checkpoint_write(False, 0.002)
+    m.plugin_checkpoint_corrupt("checksum")
+    m.plugin_adopted()
+    m.plugin_reconcile_corrected()
+    m.plugin_released()
+    m.set_pod_cache_available(False)
+    m.observe_podresources("List", "OK")
+    _, text = fetch(server, "/metrics")
+    assert value(text, "nri_plrm_checkpoint_writes_total") == 1
+    assert value(text, "nri_plrm_checkpoint_write_failures_total") == 1
+    assert value(text, "nri_plrm_checkpoint_write_duration_seconds_count") == 2
+    assert value(text, "nri_plrm_checkpoint_corrupt_total") == 1
+    for action in ("adopted", "corrected", "released"):
+        assert value(text, "nri_plrm_reconciled_containers_total", action=action) == 1
+    assert value(text, "nri_plrm_pod_cache_available") == 0
+    assert value(text, "nri_plrm_podresources_requests_total", method="List", code="OK") == 1
+    assert value(text, "nri_plrm_build_info", version="0.1.0") == 1
+
+
+def test_no_pod_name_labels(server: MetricsServer) -> None:
+    _, text = fetch(server, "/metrics")
+    labels = {k for _, ls in samples(text) for k, _ in ls}
+    assert labels <= {
+        "resource_name",
+        "source",
+        "assignment_type",
+        "reason",
+        "numa_node",
+        "event",
+        "le",
+        "action",
+        "method",
+        "code",
+        "version",
+    }
+
+
+def test_bad_labels_are_refused() -> None:
+    m = Metrics()
+    with pytest.raises(ValueError, match="source='cluster'"):
+        m.record_allocation("cpu", "cluster")
+    with pytest.raises(ValueError, match="action='lost'"):
+        m.record_reconcile("lost")
+
+
+def test_parse_address() -> None:
+    assert parse_address("127.0.0.1:9740") == ("127.0.0.1", 9740)
+    assert parse_address("[::1]:9740") == ("::1", 9740)
+    with pytest.raises(ValueError, match="host:port"):
+        parse_address("9740")
+
+
+def test_private_registries_do_not_clash() -> None:
+    a, b = Metrics(), Metrics()
+    a.record_allocation("cpu", "pod")
+    assert b'source="pod"} 0.0' in b.exposition()
