@@ -37,7 +37,9 @@ from nri_plrm.intent import (
     spec_from_dict,
     spec_to_dict,
 )
+from nri_plrm.metrics import Metrics
 from nri_plrm.nri.stub import NRIError
+from nri_plrm.podresources.view import ContainerView, PodView
 from nri_plrm.podsource.base import PodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api
 
@@ -75,28 +77,6 @@ EngineRestorer = Callable[[Mapping[str, Any]], AllocationEngine]
 
 
 @dataclass
-class ContainerView:
-    """A container as reported to PodResources and ``nri-plrm state``."""
-
-    name: str
-    container_id: str
-    assignment: ContainerAssignment | None
-
-
-@dataclass
-class PodView:
-    """A pod as reported to PodResources and ``nri-plrm state``."""
-
-    uid: str
-    namespace: str
-    name: str
-    pod_cpus: CPUSet
-    """The pod's reserved CPUs (the bubble); empty when it has none."""
-    pod_memory: tuple[MemoryBlock, ...]
-    containers: list[ContainerView]
-
-
-@dataclass
 class _Pod:
     intent: PodIntent
     sandbox_id: str
@@ -130,7 +110,7 @@ class Plugin:
         *,
         store: CheckpointStore | None = None,
         pod_specs: PodSpecSource | None = None,
-        metrics: Any = None,
+        metrics: Metrics | None = None,
         logger: logging.Logger | None = None,
         kubelet_state_path: str | None = None,
         restore_engine: EngineRestorer | None = None,
@@ -148,11 +128,13 @@ class Plugin:
         self._pods: dict[str, _Pod] = {}
         self._ids: dict[str, tuple[str, str]] = {}
         self._saved: dict[str, Any] | None = None
-        self._dirty = False
         self._sender: UpdateSender | None = None
         self._pending: set[tuple[str, str]] = set()
         self._flush_task: asyncio.Task[None] | None = None
-        self._sync_pods: list[api.PodSandbox] = []
+        self._touched: set[str] = set()
+        self._views: dict[str, PodView] = {}
+        self._view: tuple[PodView, ...] = ()
+        self._allocatable: tuple[CPUSet, tuple[MemoryBlock, ...]] = (CPUSet(), ())
 
     # ----------------------------------------------------------------- wiring and state
 
@@ -199,6 +181,8 @@ class Plugin:
         self._pods = pods
         self._ids = ids
         self._saved = dict(data)
+        self._touched.clear()
+        self._refresh()
 
     def restore(self) -> str | None:
         """Load the checkpoint from the store at start-up; returns the problem text, if any.
@@ -215,7 +199,8 @@ class Plugin:
                 result.problem,
                 extra={"plrm": {"event": "checkpoint", "problem": result.problem.kind}},
             )
-            self._metric("checkpoint_corrupt", result.problem.kind)
+            if self.metrics is not None:
+                self.metrics.plugin_checkpoint_corrupt(result.problem.kind)
             return str(result.problem)
         if result.data is None:
             return None
@@ -225,7 +210,8 @@ class Plugin:
             self.log.error(
                 "checkpoint %s has unusable contents, rebuilding: %s", self.store.path, exc
             )
-            self._metric("checkpoint_corrupt", "bad-contents")
+            if self.metrics is not None:
+                self.metrics.plugin_checkpoint_corrupt("bad-contents")
             return f"checkpoint {self.store.path}: unusable contents: {exc}"
         self.log.info(
             "restored %d pods and %d containers from %s",
@@ -235,24 +221,30 @@ class Plugin:
         )
         return None
 
+    def _publish(self) -> None:
+        self._refresh(self._touched)
+        self._touched.clear()
+
     def _save(self) -> None:
         """Persist the current state; on failure roll back to the last saved state and raise."""
         if self.store is None:
+            self._publish()
             return
         data = self.state()
         start = time.perf_counter()
         try:
             self.store.save(data)
         except CheckpointError as exc:
-            self._metric("checkpoint_write", False, time.perf_counter() - start)
+            self._checkpoint_metric(False, start)
             self._rollback()
             raise NRIError(f"decision not applied: {exc}") from exc
-        self._metric("checkpoint_write", True, time.perf_counter() - start)
+        self._checkpoint_metric(True, start)
         self._saved = data
-        self._dirty = False
+        self._publish()
 
     def _save_release(self) -> None:
         """Persist a release; a failed write is logged and retried with the next decision."""
+        self._publish()
         if self.store is None:
             return
         data = self.state()
@@ -260,13 +252,11 @@ class Plugin:
         try:
             self.store.save(data)
         except CheckpointError as exc:
-            self._metric("checkpoint_write", False, time.perf_counter() - start)
-            self._dirty = True
+            self._checkpoint_metric(False, start)
             self.log.error("release kept in memory only, will be written with the next: %s", exc)
             return
-        self._metric("checkpoint_write", True, time.perf_counter() - start)
+        self._checkpoint_metric(True, start)
         self._saved = data
-        self._dirty = False
 
     def _rollback(self) -> None:
         if self._saved is not None and self.restore_engine is not None:
@@ -275,32 +265,57 @@ class Plugin:
             self.engine = self.restore_engine({})
             self._pods.clear()
             self._ids.clear()
+            self._refresh()
 
     # ----------------------------------------------------------------- views
 
-    def pods(self) -> list[PodView]:
-        """Every managed pod with its containers and their assignments (creation order)."""
-        out: list[PodView] = []
-        for uid, pod in self._pods.items():
-            containers = [
-                ContainerView(name, cid, self.engine.assignment(uid, name))
-                for name, cid in pod.containers.items()
-            ]
-            out.append(
-                PodView(
-                    uid=uid,
-                    namespace=pod.intent.spec.namespace,
-                    name=pod.intent.spec.name,
-                    pod_cpus=self.engine.pod_cpus(uid) or CPUSet(),
-                    pod_memory=tuple(self.engine.pod_memory(uid) or ()),
-                    containers=containers,
+    def pods(self) -> Sequence[PodView]:
+        """Every pod with its containers and assignments: an immutable snapshot, safe to read
+        from any thread (the PodResources server's workers, ``nri-plrm state``)."""
+        return self._view
+
+    def allocatable_cpus(self) -> CPUSet:
+        """CPUs the plugin may hand out: online CPUs minus the reserved ones."""
+        return self._allocatable[0]
+
+    def allocatable_memory(self) -> Sequence[MemoryBlock]:
+        """Allocatable bytes per NUMA node and memory type."""
+        return self._allocatable[1]
+
+    def _refresh(self, uids: Iterable[str] | None = None) -> None:
+        """Rebuild the views of ``uids`` (all pods when None) and publish a new snapshot."""
+        if uids is None:
+            self._views.clear()
+        for uid in list(self._pods) if uids is None else uids:
+            record = self._pods.get(uid)
+            if record is None:
+                self._views.pop(uid, None)
+                continue
+            self._views[uid] = self._pod_view(record)
+        for uid in [u for u in self._views if u not in self._pods]:
+            del self._views[uid]
+        self._view = tuple(self._views.values())
+
+    def _pod_view(self, record: _Pod) -> PodView:
+        uid = record.uid
+        containers = []
+        for name in record.containers:
+            spec = record.spec.container(name) if record.spec is not None else None
+            containers.append(
+                ContainerView(
+                    name=name,
+                    assignment=self.engine.assignment(uid, name),
+                    kind=spec.kind if spec is not None else None,
                 )
             )
-        return out
-
-    def allocatable(self) -> Any:
-        """The engine's allocatable CPUs and memory (PodResources ``GetAllocatableResources``)."""
-        return self.engine.allocatable()
+        return PodView(
+            uid=uid,
+            namespace=record.intent.spec.namespace,
+            name=record.intent.spec.name,
+            containers=tuple(containers),
+            cpus=self.engine.pod_cpus(uid) or CPUSet(),
+            memory=tuple(self.engine.pod_memory(uid) or ()),
+        )
 
     # ----------------------------------------------------------------- NRI handlers
 
@@ -326,11 +341,15 @@ class Plugin:
             else:
                 self.engine.admit_sandbox(intent.spec)
         except AdmissionError as err:
-            self._metric("admission_rejected", err.reason)
+            if self.metrics is not None:
+                self.metrics.plugin_admission_rejected(err.reason)
             self._decision_log(record, "", None, f"rejected {err.reason}: {err.message}")
             raise NRIError(f"{err.reason}: {err.message}") from err
         self._pods[uid] = record
+        self._touched.add(uid)
         self._save()
+        if self.metrics is not None:
+            self.metrics.plugin_admitted()
         cpus = self.engine.pod_cpus(uid)
         self.log.info(
             "pod=%s uid=%s admitted mode=%s budget_cpus=%d pod_cpus=%s",
@@ -379,6 +398,8 @@ class Plugin:
         if key is None:
             return []
         changes = self.engine.stop_container(*key)
+        self._touched.add(key[0])
+        self._touched.update(u for u, _ in changes)
         self._save_release()
         return self._updates(changes, exclude=container.id)
 
@@ -392,6 +413,8 @@ class Plugin:
         if record is not None and record.containers.get(name) == container.id:
             del record.containers[name]
         changes = self.engine.remove_container(uid, name)
+        self._touched.add(uid)
+        self._touched.update(u for u, _ in changes)
         self._save_release()
         self._schedule(changes)
 
@@ -404,6 +427,8 @@ class Plugin:
         for cid in record.containers.values():
             self._ids.pop(cid, None)
         changes = self.engine.remove_pod(uid)
+        self._touched.add(uid)
+        self._touched.update(u for u, _ in changes)
         self._save_release()
         self.log.info(
             "pod=%s uid=%s released",
@@ -425,6 +450,8 @@ class Plugin:
         for cid, (uid, name) in list(self._ids.items()):
             if cid not in reported_ids:
                 self.remove_container(reported_pods[uid], api.Container(id=cid, name=name))
+                if self.metrics is not None:
+                    self.metrics.plugin_released()
         for uid, sandbox in reported_pods.items():
             if uid not in self._pods:
                 await self._adopt_pod(sandbox)
@@ -445,7 +472,8 @@ class Plugin:
             assignment = self.engine.assignment(*key)
             if assignment is not None and not _matches(ctr, assignment):
                 updates.append(_update(ctr.id, assignment))
-                self._metric("reconcile_corrected")
+                if self.metrics is not None:
+                    self.metrics.plugin_reconcile_corrected()
         self._save()
         self._pending.clear()
         return updates
@@ -489,10 +517,14 @@ class Plugin:
             del record.containers[name]
             self._ids.pop(container.id, None)
             reason = err.reason if isinstance(err, AdmissionError) else "InvalidResources"
-            self._metric("allocation_error", reason)
+            if self.metrics is not None:
+                self.metrics.plugin_allocation_error(reason)
             self._decision_log(record, name, None, f"rejected {reason}: {err}")
             raise NRIError(f"pod {record.label()} container {name}: {reason}: {err}") from err
-        self._metric("assignment", assignment.assignment.value)
+        self._touched.add(uid)
+        self._touched.update(u for u, _ in changes)
+        if self.metrics is not None:
+            self.metrics.plugin_assignment(assignment.assignment.value, assignment)
         self._decision_log(record, name, assignment, _reason(assignment))
         return assignment, changes
 
@@ -516,7 +548,8 @@ class Plugin:
         except NRIError as exc:
             self.log.warning("container %s left unpinned at adoption: %s", ctr.id, exc)
             return
-        self._metric("adopted")
+        if self.metrics is not None:
+            self.metrics.plugin_adopted()
 
     def _updates(self, changes: Changes, *, exclude: str) -> list[api.ContainerUpdate]:
         updates = []
@@ -587,10 +620,9 @@ class Plugin:
             },
         )
 
-    def _metric(self, name: str, *args: Any) -> None:
-        hook = getattr(self.metrics, "plugin_" + name, None) if self.metrics else None
-        if hook is not None:
-            hook(*args)
+    def _checkpoint_metric(self, ok: bool, start: float) -> None:
+        if self.metrics is not None:
+            self.metrics.plugin_checkpoint_write(ok, time.perf_counter() - start)
 
 
 def _sandbox_of(record: _Pod) -> api.PodSandbox:

@@ -1,0 +1,179 @@
+"""A containerd-like container table on top of ``nrisim``: what the plugin's replies did.
+
+``FakeRuntime`` drives the simulator like containerd drives NRI, and keeps every pod and
+container with the resources the plugin's adjustments and updates (solicited and unsolicited)
+left on them, so tests assert what would really be applied. ``sync_lists()`` gives what a
+Synchronize reports after a restart (containers not EXITED, with their current cpusets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from plrm_nri_builders import container as build_container
+from plrm_nri_builders import sandbox as build_sandbox
+
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.types import ContainerSpec, PodSpec
+from nri_plrm.proto import nri_api_pb2 as api
+
+
+@dataclass
+class Applied:
+    """A container's cpuset state as the runtime applied it."""
+
+    cpus: str = ""
+    mems: str = ""
+    quota: int | None = None
+
+
+@dataclass
+class RuntimeContainer:
+    msg: api.Container
+    applied: Applied = field(default_factory=Applied)
+    created_at: int = 0
+
+    @property
+    def cpus(self) -> CPUSet:
+        return CPUSet.parse(self.applied.cpus)
+
+
+def _apply(applied: Applied, res: api.LinuxResources) -> None:
+    cpu = res.cpu
+    if cpu.cpus:
+        applied.cpus = cpu.cpus
+    if cpu.mems:
+        applied.mems = cpu.mems
+    if cpu.HasField("quota") and cpu.quota.value != 0:
+        applied.quota = cpu.quota.value
+
+
+class FakeRuntime:
+    """Pods and containers as containerd would hold them, driven through ``NRISimulator``."""
+
+    def __init__(self, sim: object) -> None:
+        self.sim = sim
+        self.pods: dict[str, api.PodSandbox] = {}
+        self.containers: dict[str, RuntimeContainer] = {}
+        self._clock = 0
+        self._seen_unsolicited = 0
+
+    # ----------------------------------------------------------------- events
+
+    async def run_pod(self, spec: PodSpec) -> api.PodSandbox:
+        """RunPodSandbox; raises the simulator's error when the plugin rejects the pod."""
+        msg = build_sandbox(spec)
+        await self.sim.run_pod_sandbox(msg)  # type: ignore[attr-defined]
+        self.pods[msg.id] = msg
+        return msg
+
+    async def create(
+        self, pod: api.PodSandbox, spec: PodSpec, ctr: ContainerSpec, *, attempt: int = 0
+    ) -> api.CreateContainerResponse:
+        """CreateContainer and apply the adjustment and the updates of the reply."""
+        cid = f"{spec.uid}-{ctr.name}-{attempt}"
+        msg = build_container(spec, ctr, container_id=cid, sandbox_id=pod.id)
+        self._clock += 1
+        msg.created_at = self._clock
+        resp = await self.sim.create_container(pod, msg)  # type: ignore[attr-defined]
+        assert resp is not None
+        rc = RuntimeContainer(msg, created_at=self._clock)
+        if resp.HasField("adjust") and resp.adjust.HasField("linux"):
+            _apply(rc.applied, resp.adjust.linux.resources)
+        self.containers[cid] = rc
+        self._apply_updates(resp.update)
+        return resp
+
+    async def start(self, cid: str) -> None:
+        rc = self.containers[cid]
+        rc.msg.state = api.CONTAINER_RUNNING
+        await self.sim.start_container(self.pods[rc.msg.pod_sandbox_id], rc.msg)  # type: ignore[attr-defined]
+
+    async def stop(self, cid: str) -> None:
+        """The container exited: StopContainer, apply the reply's updates."""
+        rc = self.containers[cid]
+        rc.msg.state = api.CONTAINER_STOPPED
+        resp = await self.sim.stop_container(self.pods[rc.msg.pod_sandbox_id], rc.msg)  # type: ignore[attr-defined]
+        if resp is not None:
+            self._apply_updates(resp.update)
+
+    async def update(self, cid: str, resources: api.LinuxResources) -> api.UpdateContainerResponse:
+        """UpdateContainer as the kubelet asks; the reply's entries are applied on top."""
+        rc = self.containers[cid]
+        _apply(rc.applied, resources)
+        resp = await self.sim.update_container(  # type: ignore[attr-defined]
+            self.pods[rc.msg.pod_sandbox_id], rc.msg, resources
+        )
+        assert resp is not None
+        self._apply_updates(resp.update)
+        return resp
+
+    async def remove(self, cid: str) -> None:
+        rc = self.containers.pop(cid)
+        await self.sim.remove_container(self.pods[rc.msg.pod_sandbox_id], rc.msg)  # type: ignore[attr-defined]
+
+    async def remove_pod(self, pod: api.PodSandbox) -> None:
+        """Stop and remove every container of the pod, then the pod (containerd's order)."""
+        for cid in [c for c, rc in self.containers.items() if rc.msg.pod_sandbox_id == pod.id]:
+            if self.containers[cid].msg.state != api.CONTAINER_STOPPED:
+                await self.stop(cid)
+            await self.remove(cid)
+        await self.sim.stop_pod_sandbox(pod)  # type: ignore[attr-defined]
+        await self.sim.remove_pod_sandbox(pod)  # type: ignore[attr-defined]
+        self.pods.pop(pod.id, None)
+
+    # ----------------------------------------------------------------- updates
+
+    def _apply_updates(self, updates: object) -> None:
+        for u in updates:  # type: ignore[attr-defined]
+            rc = self.containers.get(u.container_id)
+            if rc is not None:
+                _apply(rc.applied, u.linux.resources)
+
+    def apply_unsolicited(self) -> int:
+        """Apply UpdateContainers requests received since the last call; returns how many."""
+        new = self.sim.unsolicited[self._seen_unsolicited :]  # type: ignore[attr-defined]
+        self._seen_unsolicited += len(new)
+        for req in new:
+            self._apply_updates(req.update)
+        return len(new)
+
+    async def settle(self, timeout: float = 5.0) -> None:
+        """Wait until the plugin's queued UpdateContainers have arrived, then apply them."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        quiet = 0
+        while quiet < 5 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+            quiet = 0 if self.apply_unsolicited() else quiet + 1
+
+    # ----------------------------------------------------------------- views
+
+    def sync_lists(self) -> tuple[list[api.PodSandbox], list[api.Container]]:
+        """What Synchronize reports: every pod, and containers that have not exited, with the
+        resources applied to them."""
+        ctrs = []
+        for rc in sorted(self.containers.values(), key=lambda r: r.created_at):
+            if rc.msg.state == api.CONTAINER_STOPPED:
+                continue
+            msg = api.Container()
+            msg.CopyFrom(rc.msg)
+            res = msg.linux.resources
+            res.cpu.cpus = rc.applied.cpus
+            res.cpu.mems = rc.applied.mems
+            if rc.applied.quota is not None:
+                res.cpu.quota.value = rc.applied.quota
+            ctrs.append(msg)
+        return list(self.pods.values()), ctrs
+
+    def cpus_of(self, pod: api.PodSandbox, name: str) -> CPUSet:
+        for rc in self.containers.values():
+            if rc.msg.pod_sandbox_id == pod.id and rc.msg.name == name:
+                return rc.cpus
+        raise KeyError(f"no container {name!r} in pod {pod.name!r}")
+
+    def applied(self, pod: api.PodSandbox, name: str) -> Applied:
+        for rc in self.containers.values():
+            if rc.msg.pod_sandbox_id == pod.id and rc.msg.name == name:
+                return rc.applied
+        raise KeyError(f"no container {name!r} in pod {pod.name!r}")
