@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nri_plrm.cpuset import CPUSet, CPUSetError
+from nri_plrm.engine.cpu_manager import CPUManagerConfig
+from nri_plrm.engine.memory_manager import MemoryManagerConfig
+from nri_plrm.engine.topology_manager import TopologyManagerConfig
 from nri_plrm.quantity import QuantityError, format_bytes, memory_bytes
 from nri_plrm.topology.model import Topology
 
@@ -223,6 +226,26 @@ class Config:
     cpu_manager: CPUManagerSettings = field(default_factory=CPUManagerSettings)
     memory_manager: MemoryManagerSettings = field(default_factory=MemoryManagerSettings)
     source: str = "<defaults>"
+
+    def topology_manager_config(self) -> TopologyManagerConfig:
+        """The engine's topology manager settings."""
+        tm = self.topology_manager
+        return TopologyManagerConfig(
+            tm.policy, tm.scope, tm.prefer_closest_numa_nodes, tm.max_allowable_numa_nodes
+        )
+
+    def cpu_manager_config(self) -> CPUManagerConfig:
+        """The engine's CPU manager (static policy) settings."""
+        cm = self.cpu_manager
+        return CPUManagerConfig(
+            reserved_cpus=cm.reserved_cpus,
+            reserved_cpu_count=cm.reserved_cpu_count,
+            options={name: True for name in sorted(cm.options)},
+        )
+
+    def memory_manager_config(self) -> MemoryManagerConfig:
+        """The engine's memory manager (Static policy) settings."""
+        return MemoryManagerConfig(reserved=self.memory_manager.reserved())
 
     def flat(self) -> dict[str, object]:
         """Every setting by dotted key path (for diffs and display)."""

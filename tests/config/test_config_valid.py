@@ -163,3 +163,18 @@ def test_reload_diff_separates_live_and_restart_keys() -> None:
     assert changes.live == ("log.level",)
     assert changes.restart == ("cpu_manager.reserved_cpus", "metrics.address")
     assert diff_configs(old, old) == type(changes)((), ())
+
+
+def test_engine_settings() -> None:
+    c = parse_config(
+        '[topology_manager]\npolicy = "restricted"\nscope = "container"\n'
+        'options = { "prefer-closest-numa-nodes" = true }\n'
+        '[cpu_manager]\nreserved_cpu_count = 2\noptions = { "full-pcpus-only" = true }\n'
+        '[memory_manager]\nreserved_memory = [ { numa_node = 1, memory = "1Gi" } ]'
+    )
+    tm = c.topology_manager_config()
+    assert (tm.policy, tm.scope, tm.prefer_closest_numa_nodes) == ("restricted", "container", True)
+    cm = c.cpu_manager_config()
+    assert cm.reserved_cpus is None and cm.reserved_cpu_count == 2
+    assert cm.policy_options().full_pcpus_only
+    assert c.memory_manager_config().reserved == {1: {"memory": GI}}
