@@ -28,7 +28,7 @@ from google.protobuf.message import Message
 
 from nri_plrm.config import PodResourcesSettings
 from nri_plrm.podresources import report
-from nri_plrm.podresources.kubelet import KubeletPodResources
+from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.podresources.ratelimit import TokenBucket
 from nri_plrm.podresources.view import PodResourcesView, find_pod
 from nri_plrm.proto import podresources_api_pb2 as pb
@@ -54,7 +54,7 @@ class PodResourcesService:
         self,
         view: PodResourcesView,
         limiter: TokenBucket | None = None,
-        kubelet: KubeletPodResources | None = None,
+        kubelet: PodResourcesClient | None = None,
         observer: RequestObserver | None = None,
     ) -> None:
         self.view = view
@@ -195,7 +195,7 @@ class PodResourcesServer:
     ) -> PodResourcesServer:
         """A server configured from ``[pod_resources]``."""
         kubelet = (
-            KubeletPodResources(settings.kubelet_socket, settings.kubelet_timeout)
+            PodResourcesClient(settings.kubelet_socket, settings.kubelet_timeout)
             if settings.kubelet_socket
             else None
         )

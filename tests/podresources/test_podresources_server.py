@@ -16,7 +16,7 @@ from podres_raw import RawPodResourcesClient
 from nri_plrm.config import PodResourcesSettings
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.types import AssignmentType, ContainerAssignment, ContainerKind, MemoryBlock
-from nri_plrm.podresources.kubelet import KubeletPodResources
+from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.podresources.ratelimit import TokenBucket
 from nri_plrm.podresources.server import (
     PodResourcesServer,
@@ -282,7 +282,7 @@ def test_devices_are_merged_from_the_kubelet(tmp_path: Path, sock: str) -> None:
 
 
 def test_missing_kubelet_socket_does_not_break_replies(tmp_path: Path, sock: str) -> None:
-    service = PodResourcesService(VIEW, kubelet=KubeletPodResources(str(tmp_path / "no.sock"), 0.5))
+    service = PodResourcesService(VIEW, kubelet=PodResourcesClient(str(tmp_path / "no.sock"), 0.5))
     server = PodResourcesServer(service, sock)
     server.start()
     c = RawPodResourcesClient(sock)

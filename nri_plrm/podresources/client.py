@@ -1,4 +1,5 @@
-"""A client of the kubelet's own PodResources socket, for merging devices into our replies."""
+"""A PodResources v1 client: merges the kubelet's devices into our replies, and lets
+``nri-plrm state`` query a running plugin."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ _log = logging.getLogger(__name__)
 _M = TypeVar("_M", bound=Message)
 
 
-class KubeletPodResources:
-    """Calls ``List``, ``Get`` and ``GetAllocatableResources`` on the kubelet's socket.
+class PodResourcesClient:
+    """Calls ``List``, ``Get`` and ``GetAllocatableResources`` on a PodResources socket.
 
     Failures are logged and return None: a missing kubelet never breaks our own reply.
     """
@@ -48,7 +49,7 @@ class KubeletPodResources:
             result: _M = call(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             _log.warning(
-                "kubelet PodResources %s on %s failed: %s: %s",
+                "PodResources %s on %s failed: %s: %s",
                 method,
                 self.socket_path,
                 exc.code(),
@@ -58,16 +59,16 @@ class KubeletPodResources:
         return result
 
     def list(self) -> pb.ListPodResourcesResponse | None:
-        """The kubelet's ``List`` reply, or None."""
+        """The ``List`` reply, or None."""
         return self._call("List", pb.ListPodResourcesRequest(), pb.ListPodResourcesResponse)
 
     def get(self, namespace: str, name: str) -> pb.GetPodResourcesResponse | None:
-        """The kubelet's ``Get`` reply for one pod, or None."""
+        """The ``Get`` reply for one pod, or None."""
         request = pb.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
         return self._call("Get", request, pb.GetPodResourcesResponse)
 
     def allocatable(self) -> pb.AllocatableResourcesResponse | None:
-        """The kubelet's ``GetAllocatableResources`` reply, or None."""
+        """The ``GetAllocatableResources`` reply, or None."""
         return self._call(
             "GetAllocatableResources",
             pb.AllocatableResourcesRequest(),
