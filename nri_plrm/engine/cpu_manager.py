@@ -172,7 +172,9 @@ class CPUManagerConfig:
 
     ``reserved_cpus`` is the kubelet's ``reservedSystemCPUs``; ``reserved_cpu_count`` is
     ``ceil(kube-reserved + system-reserved cpu)`` from which the policy picks CPUs with its own
-    ``takeByTopology`` over all CPUs. Give one of them (both: they must agree). ``options`` uses
+    ``takeByTopology`` over all CPUs. Give one of them (both: they must agree). The kubelet
+    refuses zero reserved CPUs; an explicit ``reserved_cpu_count=0`` is accepted here (dedicated
+    nodes, the kubelet's own policy tests), leaving both unset is an error. ``options`` uses
     the kubelet's option names and values. ``pod_level_resource_managers`` is the
     ``PodLevelResourceManagers`` gate (off: pod-level pods get nothing exclusive).
     """
@@ -270,11 +272,13 @@ class CPUManager:
                     f"(size of {explicit} did not equal {count})"
                 )
             return explicit
-        if count is None or count <= 0:
+        if count is None or count < 0:
             raise CPUManagerConfigError(
                 "[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu "
-                "to be greater than zero (set reserved_cpus or reserved_cpu_count)"
+                f"to be greater than zero (reserved_cpus or reserved_cpu_count; got {count})"
             )
+        if count == 0:
+            return EMPTY
         try:
             reserved = self._take_by_topology(self.topology.all_cpus, count)
         except CPUAllocationError:
@@ -813,12 +817,7 @@ class CPUManager:
             str(uid): _parse_state_set(text, f'pod cpuset "{text}" for pod "{uid}"')
             for uid, text in dict(data.get("podEntries", {})).items()
         }
-        manager._validate_state(default, entries, pods)
-        if not default:
-            default = manager._default
-        manager._default = default
-        manager._entries = entries
-        manager._pod_entries = pods
+        manager.load_state(default, entries, pods)
         manager._pool_consumers = {
             str(uid): {str(n) for n in names}
             for uid, names in dict(data.get("podPoolConsumers", {})).items()
@@ -828,6 +827,27 @@ class CPUManager:
             for uid, names in dict(data.get("podInitSlices", {})).items()
         }
         return manager
+
+    def load_state(
+        self,
+        default: CPUSet,
+        entries: Mapping[str, Mapping[str, CPUSet]],
+        pod_entries: Mapping[str, CPUSet] | None = None,
+        *,
+        validate: bool = True,
+    ) -> None:
+        """Replace the state (kubelet ``Start``): validated like ``validateState`` unless told not
+        to; an empty default set with no entries initialises to all CPUs (minus reserved when
+        strict). Raises :class:`CPUStateError`. The in-memory init-container reuse is reset."""
+        pods = dict(pod_entries or {})
+        if validate:
+            self._validate_state(default, entries, pods)
+        self._default = default if default or entries else self._initial_default()
+        self._entries = {uid: dict(names) for uid, names in entries.items()}
+        self._pod_entries = pods
+        self._pool_consumers = {}
+        self._exclusive_inits = {}
+        self._cpus_to_reuse = {}
 
     def _validate_state(
         self,
