@@ -12,9 +12,8 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
-from nrisim.capture import Frame, frames
-
 from nri_plrm.ttrpc.codec import TYPE_REQUEST, Message, MuxDecoder
+from nrisim.capture import Frame, frames
 
 
 @dataclass
