@@ -185,7 +185,7 @@ class RecordingHandlers:
         return None
 
 
-def expected_call(method: str, p: Any) -> tuple[str, tuple[Any, ...]] | None:
+def expected_call(method: str, p: Any) -> tuple[str, tuple[Any, ...] | None] | None:
     """The handler call a recorded request must produce."""
     if method == "Configure":
         return "configure", (p.config, p.runtime_name, p.runtime_version)

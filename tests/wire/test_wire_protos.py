@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -13,7 +14,7 @@ from nri_plrm.proto import ttrpc_wire_pb2 as wire
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _gen_module():  # type: ignore[no-untyped-def]
+def _gen_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gen_protos", ROOT / "scripts" / "gen_protos.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 
 BUFIO_SIZE = 4096
 MAX_MESSAGE_LEN = 4 << 20
@@ -135,6 +135,7 @@ def raw_fields(data: bytes) -> list[tuple[int, int, Any]]:
         num, wt = key >> 3, key & 7
         if num == 0:
             raise GoDecodeError("field number 0")
+        val: Any
         if wt == 0:
             val, pos = _varint(data, pos)
         elif wt == 1:
@@ -171,7 +172,7 @@ def _signed(value: int, bits: int) -> int:
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-def decode_fields(data: bytes, desc: Descriptor) -> dict[int, list[Any]]:
+def decode_fields(data: bytes, desc: Any) -> dict[int, list[Any]]:
     """Decode ``data`` by field number, checking wire types against ``desc``.
 
     Values: ints for varint fields (int32/int64 sign-corrected), ``str`` for strings (UTF-8
