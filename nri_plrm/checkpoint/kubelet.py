@@ -27,7 +27,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nri_plrm.checkpoint.atomic import write_atomic
 from nri_plrm.cpuset import CPUSet, CPUSetError
@@ -653,6 +653,80 @@ def check_kubelet_cpu_manager(path: str | os.PathLike[str]) -> None:
             "the kubelet's cpu_manager_state and memory_manager_state, restart the kubelet, "
             "then start nri-plrm"
         )
+
+
+# --- from the engine ---------------------------------------------------------------------------
+
+
+class CPUManagerView(Protocol):
+    """What the exporter reads of ``nri_plrm.engine.cpu_manager.CPUManager``."""
+
+    @property
+    def default_cpuset(self) -> CPUSet: ...
+    def entries(self) -> dict[str, dict[str, CPUSet]]: ...
+    def pod_entries(self) -> dict[str, CPUSet]: ...
+
+
+class MemoryTableView(Protocol):
+    """A row of the memory manager's machine state."""
+
+    total: int
+    system_reserved: int
+    allocatable: int
+    reserved: int
+    free: int
+
+
+class NodeStateView(Protocol):
+    """A NUMA node of the memory manager's machine state."""
+
+    memory_map: Mapping[str, Any]
+    cells: Sequence[int]
+    number_of_assignments: int
+
+
+class MemoryManagerView(Protocol):
+    """What the exporter reads of ``nri_plrm.engine.memory_manager.MemoryManager``."""
+
+    machine_state: Mapping[int, Any]
+
+    def pods(self) -> tuple[str, ...]: ...
+    def containers(self, pod_uid: str) -> tuple[str, ...]: ...
+    def container_blocks(self, pod_uid: str, name: str) -> tuple[MemoryBlock, ...] | None: ...
+    def pod_blocks(self, pod_uid: str) -> tuple[MemoryBlock, ...] | None: ...
+
+
+def cpu_state_from_manager(manager: CPUManagerView, policy: str = "static") -> CPUManagerState:
+    """The kubelet-format view of the engine's CPU manager."""
+    return CPUManagerState(policy, manager.default_cpuset, manager.entries(), manager.pod_entries())
+
+
+def memory_state_from_manager(
+    manager: MemoryManagerView, policy: str = "Static"
+) -> MemoryManagerState:
+    """The kubelet-format view of the engine's memory manager."""
+    machine = {
+        numa: NUMANodeState(
+            node.number_of_assignments,
+            {
+                name: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
+                for name, t in node.memory_map.items()
+            },
+            tuple(node.cells),
+        )
+        for numa, node in manager.machine_state.items()
+    }
+    entries: dict[str, dict[str, tuple[MemoryBlock, ...]]] = {}
+    pod_entries: dict[str, tuple[MemoryBlock, ...]] = {}
+    for uid in manager.pods():
+        for name in manager.containers(uid):
+            blocks = manager.container_blocks(uid, name)
+            if blocks is not None:
+                entries.setdefault(uid, {})[name] = blocks
+        pod_blocks = manager.pod_blocks(uid)
+        if pod_blocks is not None:
+            pod_entries[uid] = pod_blocks
+    return MemoryManagerState(policy, machine, entries, pod_entries)
 
 
 # --- export to files -------------------------------------------------------------------------

@@ -525,3 +525,47 @@ def test_fuzz_data_payloads_with_valid_checksums(doc: dict[str, object]) -> None
     for decode in (decode_cpu_manager_state, decode_memory_manager_state):
         with contextlib.suppress(KubeletCheckpointError):
             decode(raw)
+
+
+# --- exports of the real engine managers ------------------------------------------------------
+
+
+def test_export_of_engine_managers_round_trips() -> None:
+    from nri_plrm.checkpoint.kubelet import cpu_state_from_manager, memory_state_from_manager
+    from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
+    from nri_plrm.engine.memory_manager import MemoryManager, MemoryManagerConfig
+    from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec, TopologyHint
+    from nri_plrm.topology.synthetic import DEFAULT_SPEC, synthetic_topology
+
+    topo = synthetic_topology(DEFAULT_SPEC)
+    cpu = CPUManager(topo, CPUManagerConfig(reserved_cpus=P("0")))
+    mem = MemoryManager(topo, MemoryManagerConfig(reserved={0: {"memory": 512 << 20}}))
+    gi = 1 << 30
+    pod = PodSpec(
+        uid="pod-1",
+        init_containers=(ContainerSpec("sidecar", ContainerKind.SIDECAR),),
+        containers=(
+            ContainerSpec(
+                "main",
+                ContainerKind.APP,
+                {"cpu": 2000, "memory": 2 * gi},
+                {"cpu": 2000, "memory": 2 * gi},
+            ),
+        ),
+        requests={"cpu": 4000, "memory": 4 * gi},
+        limits={"cpu": 4000, "memory": 4 * gi},
+    )
+    hint = TopologyHint(0b1, True)
+    cpu.allocate_pod(pod, hint)
+    mem.allocate_pod(pod, hint)
+    cpu_state = cpu_state_from_manager(cpu)
+    assert cpu_state.pod_entries["pod-1"] == cpu.pod_cpus("pod-1")
+    assert cpu_state.entries["pod-1"]["main"] == cpu.assignment("pod-1", "main")
+    assert len(cpu_state.pod_entries["pod-1"]) == 4
+    mem_state = memory_state_from_manager(mem)
+    assert mem_state.pod_entries["pod-1"] == mem.pod_blocks("pod-1")
+    assert mem_state.machine_state[0].memory_map["memory"].reserved == 4 * gi
+    assert decode_cpu_manager_state(encode_cpu_manager_state(cpu_state)).state == cpu_state
+    assert decode_memory_manager_state(encode_memory_manager_state(mem_state)).state == mem_state
+    v2 = decode_cpu_manager_state(encode_cpu_manager_state(cpu_state, "v2")).state
+    assert v2.entries == cpu_state.entries and v2.pod_entries == {}
