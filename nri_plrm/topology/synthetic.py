@@ -12,8 +12,10 @@ hugepages). The machine is laid out as Linux numbers x86 servers:
   siblings.
 - core id: platform-unique, the lowest CPU id of the core's threads (the kubelet's rule).
 - NUMA node ids are global: socket ``s`` holds nodes ``s*numa_per_socket ...``.
-- L3 (uncore cache): one per NUMA node, its id equal to the node id (sub-NUMA clustering
-  splits the L3 the same way on current server parts).
+- L3: one per NUMA node, shared by all of the node's CPUs. The kubelet (through cadvisor)
+  files a cache that spans its whole NUMA node as a node cache, not an uncore cache, and then
+  uses the socket id as the CPU's uncore id; so ``l3`` is the socket id, exactly what
+  discovery reports on such a machine (and what the fake-sysfs round trip preserves).
 - distances: 10 local, 11 to another node of the same socket, 21 to a node on another socket.
 - memory: ``memory_per_numa`` is the node's ``MemTotal`` as the kernel reports it; hugepage
   pools are carved out of it, so they must fit inside it.
@@ -100,7 +102,7 @@ class MachineSpec:
             for core in range(num_cores):
                 numa = core // self.cores_per_numa
                 socket = numa // self.numa_per_socket
-                cpus.append(CPUInfo(thread * num_cores + core, core, socket, numa, numa))
+                cpus.append(CPUInfo(thread * num_cores + core, core, socket, numa, socket))
         node_memory: dict[str, int] = {MEMORY: self.memory_per_numa}
         if self.hugepages_2mi_per_numa is not None:
             node_memory[HUGEPAGES_2MI] = self.hugepages_2mi_per_numa * _PAGE_2MI

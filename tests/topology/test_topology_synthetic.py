@@ -38,7 +38,7 @@ def test_default_spec_is_the_bundled_machine() -> None:
     assert topology.numa_nodes[0].cpus == CPUSet.parse("0-7,32-39")
     assert topology.numa_nodes[3].cpus == CPUSet.parse("24-31,56-63")
     assert topology.cpu_info[16].socket == 1 and topology.cpu_info[15].socket == 0
-    assert [topology.cpu_info[c].l3 for c in (0, 8, 40, 63)] == [0, 1, 1, 3]
+    assert [topology.cpu_info[c].l3 for c in (0, 8, 40, 63)] == [0, 0, 0, 1]
     assert topology.memory_of(2, "memory") == 16 * GI
     assert topology.memory_resources == ("memory",)
     assert [topology.distance(0, n) for n in range(4)] == [10, 11, 21, 21]
@@ -127,8 +127,8 @@ def test_synthetic_layout_invariants(sockets: int, numa: int, cores: int, thread
     assert topology.num_numa_nodes == sockets * numa
     for cpu, info in topology.cpu_info.items():
         assert info.core == cpu % total_cores
-        assert info.l3 == info.numa == info.core // cores
-        assert info.socket == info.numa // numa
+        assert info.numa == info.core // cores
+        assert info.l3 == info.socket == info.numa // numa
     for node in topology.numa_nodes.values():
         assert len(node.cpus) == cores * threads
 
@@ -291,7 +291,7 @@ def test_describe_default_machine() -> None:
         "cpus": "8-15,40-47",
         "cores": 8,
         "sockets": [0],
-        "uncore_caches": [1],
+        "uncore_caches": [0],
         "memory": {"memory": 16 * GI},
         "memory_quantity": {"memory": "16Gi"},
         "distances": [11, 10, 21, 21],
