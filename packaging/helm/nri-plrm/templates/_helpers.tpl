@@ -1,0 +1,87 @@
+{{/* Chart name, truncated to the 63 characters of a label value. */}}
+{{- define "nri-plrm.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name of the release's objects. */}}
+{{- define "nri-plrm.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "nri-plrm.name" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nri-plrm.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nri-plrm.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "nri-plrm.labels" -}}
+{{ include "nri-plrm.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: node-agent
+app.kubernetes.io/part-of: nri-plrm
+app.kubernetes.io/managed-by: {{ default .Release.Service .Values.managedBy }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "nri-plrm.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "nri-plrm.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A TOML key: bare when it can be, else quoted. */}}
+{{- define "nri-plrm.tomlKey" -}}
+{{- if regexMatch "^[A-Za-z0-9_-]+$" . -}}
+{{- . -}}
+{{- else -}}
+{{- toJson . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+One TOML value: maps become inline tables, lists arrays, scalars JSON literals (a JSON string,
+number or boolean is also a valid TOML one). Null map entries are left out.
+*/}}
+{{- define "nri-plrm.tomlValue" -}}
+{{- if kindIs "map" . -}}
+{{- $items := list -}}
+{{- range $key, $value := . -}}
+{{- if not (kindIs "invalid" $value) -}}
+{{- $items = append $items (printf "%s = %s" (include "nri-plrm.tomlKey" $key) (include "nri-plrm.tomlValue" $value)) -}}
+{{- end -}}
+{{- end -}}
+{{- printf "{ %s }" (join ", " $items) -}}
+{{- else if kindIs "slice" . -}}
+{{- $items := list -}}
+{{- range . -}}
+{{- $items = append $items (include "nri-plrm.tomlValue" .) -}}
+{{- end -}}
+{{- printf "[%s]" (join ", " $items) -}}
+{{- else -}}
+{{- toJson . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* config.toml: one [table] per key of .Values.config, one line per setting. */}}
+{{- define "nri-plrm.configToml" -}}
+# nri-plrm configuration, rendered from the Helm values (config.*); see docs/config.md.
+{{- range $table, $settings := .Values.config }}
+
+[{{ $table }}]
+{{- range $key, $value := $settings }}
+{{- if not (kindIs "invalid" $value) }}
+{{ include "nri-plrm.tomlKey" $key }} = {{ include "nri-plrm.tomlValue" $value }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
