@@ -1,0 +1,213 @@
+"""What ``nri-plrm state`` shows: the PodResources view of the checkpoint or of a live plugin.
+
+Both sources become the same JSON-able shape: ``{"source", "path", "pods": [...],
+"allocatable": {...}}`` where each pod carries the PodResources fields (pod-level ``cpu_ids`` and
+``memory``; containers with exclusive ``cpu_ids``, ``memory`` and ``devices``) and, from the
+checkpoint, each container's assignment type and the ``cpus``/``mems`` the plugin writes. The
+checkpoint is read without side effects: nothing is moved aside, locked or rewritten.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from typing import Any
+
+from nri_plrm.checkpoint.store import CURRENT_VERSION, STATE_FILE, data_checksum
+from nri_plrm.config import Config
+from nri_plrm.podresources import report
+from nri_plrm.podresources.client import PodResourcesClient
+from nri_plrm.podresources.view import PodResourcesView, reported_containers
+from nri_plrm.proto import podresources_api_pb2 as pb
+from nri_plrm.quantity import format_bytes
+from nri_plrm.topology.model import Topology
+
+_MAX_BYTES = 256 * 1024 * 1024
+
+
+class StateError(Exception):
+    """The state cannot be shown (names the file or socket and the cause)."""
+
+
+def read_checkpoint(directory: str) -> dict[str, Any]:
+    """The checkpoint's verified ``data``, read-only; raises StateError naming the problem."""
+    path = os.path.join(directory, STATE_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError as exc:
+        raise StateError(f"{path}: no checkpoint (the plugin has not written state yet)") from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StateError(f"{path}: is a symlink; refusing to follow it") from exc
+        raise StateError(f"{path}: cannot open: {exc.strerror}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_BYTES:
+            raise StateError(f"{path}: not a regular file of at most {_MAX_BYTES} bytes")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read()
+    finally:
+        os.close(fd)
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StateError(f"{path}: not JSON: {exc}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("data"), dict):
+        raise StateError(f"{path}: not a checkpoint (no data object)")
+    version = document.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise StateError(f"{path}: version {version!r}: must be an integer >= 1")
+    if version < CURRENT_VERSION:
+        raise StateError(
+            f"{path}: version {version} is older than {CURRENT_VERSION}; the running plugin "
+            "migrates it on its next write"
+        )
+    data: dict[str, Any] = document["data"]
+    if document.get("checksum") != data_checksum(data):
+        raise StateError(f"{path}: checksum does not match the data; the file is damaged")
+    return data
+
+
+def from_checkpoint(directory: str, topology: Topology, config: Config) -> dict[str, Any]:
+    """The checkpoint in ``directory`` restored into a throw-away plugin, as a view."""
+    data = read_checkpoint(directory)
+    from nri_plrm.engine.engine import Engine
+    from nri_plrm.plugin import Plugin
+
+    engine_config = config.engine_config()
+
+    def restore(snapshot: Any) -> Engine:
+        if not snapshot:
+            return Engine(topology, engine_config)
+        return Engine.restore(topology, engine_config, snapshot)
+
+    plugin = Plugin(Engine(topology, engine_config), restore_engine=restore)
+    try:
+        plugin.load_state(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(
+            f"{os.path.join(directory, STATE_FILE)}: does not fit this machine and "
+            f"configuration: {exc}"
+        ) from exc
+    return from_view(plugin, "checkpoint", os.path.join(directory, STATE_FILE))
+
+
+def from_view(view: PodResourcesView, source: str, path: str) -> dict[str, Any]:
+    """A view as the ``state`` shape, with each container's assignment."""
+    listed = report.list_response(view)
+    pods = []
+    for pod, message in zip(view.pods(), listed.pod_resources, strict=True):
+        entry = _pod(message)
+        entry["uid"] = pod.uid
+        for container, shown in zip(reported_containers(pod), entry["containers"], strict=True):
+            a = container.assignment
+            shown["assignment"] = a.assignment.value if a else None
+            shown["cpus"] = str(a.cpus) if a else None
+            shown["mems"] = str(a.mems) if a else None
+        pods.append(entry)
+    return {
+        "source": source,
+        "path": path,
+        "pods": pods,
+        "allocatable": _allocatable(report.allocatable_response(view)),
+    }
+
+
+def from_socket(path: str) -> dict[str, Any]:
+    """A running plugin's (or kubelet's) PodResources endpoint as the ``state`` shape."""
+    client = PodResourcesClient(path, timeout=5.0)
+    try:
+        listed = client.list()
+        allocatable = client.allocatable()
+    finally:
+        client.close()
+    if listed is None or allocatable is None:
+        raise StateError(f"{path}: PodResources List/GetAllocatableResources failed (see log)")
+    return {
+        "source": "socket",
+        "path": path,
+        "pods": [_pod(p) for p in listed.pod_resources],
+        "allocatable": _allocatable(allocatable),
+    }
+
+
+def _memory(blocks: Any) -> list[dict[str, Any]]:
+    return [
+        {"memory_type": m.memory_type, "size": m.size, "numa": [n.ID for n in m.topology.nodes]}
+        for m in blocks
+    ]
+
+
+def _pod(message: pb.PodResources) -> dict[str, Any]:
+    return {
+        "namespace": message.namespace,
+        "name": message.name,
+        "cpu_ids": list(message.cpu_ids),
+        "memory": _memory(message.memory),
+        "containers": [
+            {
+                "name": c.name,
+                "assignment": None,
+                "cpus": None,
+                "mems": None,
+                "cpu_ids": list(c.cpu_ids),
+                "memory": _memory(c.memory),
+                "devices": [
+                    {"resource_name": d.resource_name, "device_ids": list(d.device_ids)}
+                    for d in c.devices
+                ],
+            }
+            for c in message.containers
+        ],
+    }
+
+
+def _allocatable(message: pb.AllocatableResourcesResponse) -> dict[str, Any]:
+    return {"cpu_ids": list(message.cpu_ids), "memory": _memory(message.memory)}
+
+
+def _ids(values: list[int]) -> str:
+    from nri_plrm.cpuset import CPUSet
+
+    return str(CPUSet(values)) or "-"
+
+
+def _mem_text(blocks: list[dict[str, Any]]) -> str:
+    return (
+        " ".join(
+            f"{b['memory_type']}={format_bytes(b['size'])}@{','.join(map(str, b['numa']))}"
+            for b in blocks
+        )
+        or "-"
+    )
+
+
+def table(data: dict[str, Any]) -> str:
+    """The ``state`` shape as a readable table."""
+    from nri_plrm.cli import render_table
+
+    rows: list[list[object]] = []
+    for pod in data["pods"]:
+        label = f"{pod['namespace']}/{pod['name']}"
+        rows.append([label, "(pod)", "", "", "", _ids(pod["cpu_ids"]), _mem_text(pod["memory"])])
+        for c in pod["containers"]:
+            rows.append(
+                [
+                    "",
+                    c["name"],
+                    c["assignment"] or "-",
+                    c["cpus"] or "-",
+                    c["mems"] or "-",
+                    _ids(c["cpu_ids"]),
+                    _mem_text(c["memory"]),
+                ]
+            )
+    head = f"source: {data['source']} {data['path']}\n"
+    alloc = data["allocatable"]
+    tail = f"\nallocatable: cpus {_ids(alloc['cpu_ids'])}; memory {_mem_text(alloc['memory'])}\n"
+    body = render_table(
+        ["POD", "CONTAINER", "ASSIGNMENT", "CPUS", "MEMS", "EXCLUSIVE CPUS", "MEMORY"], rows
+    )
+    return head + body + tail
