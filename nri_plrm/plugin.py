@@ -17,6 +17,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from nri_plrm.checkpoint.kubelet import (
+    CPUManagerView,
+    MemoryManagerView,
+    cpu_state_from_manager,
+    memory_state_from_manager,
+    write_kubelet_state,
+)
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.types import (
@@ -49,12 +56,20 @@ CHECKPOINT_LAYOUT = 1
 Changes = Mapping[tuple[str, str], ContainerAssignment]
 """Other containers whose assignment changed, by (pod uid, container name)."""
 
+EXPORT_DELAY = 0.05
+"""Seconds after a change before the kubelet-format files are rewritten (coalesces bursts)."""
+
 UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
 """Sends an unsolicited ``UpdateContainers`` (the stub's ``update_containers``)."""
 
 
 class AllocationEngine(Protocol):
     """What the plugin needs of ``nri_plrm.engine.engine.Engine``."""
+
+    @property
+    def cpu_manager(self) -> CPUManagerView: ...
+    @property
+    def memory_manager(self) -> MemoryManagerView: ...
 
     def admit_pod(self, pod: PodSpec) -> Mapping[str, ContainerAssignment]: ...
     def admit_sandbox(self, pod: PodSpec) -> Any: ...
@@ -132,6 +147,7 @@ class Plugin:
         self._pending: set[tuple[str, str]] = set()
         self._flush_task: asyncio.Task[None] | None = None
         self._touched: set[str] = set()
+        self._export_handle: asyncio.TimerHandle | None = None
         self._views: dict[str, PodView] = {}
         self._view: tuple[PodView, ...] = ()
         self._allocatable: tuple[CPUSet, tuple[MemoryBlock, ...]] = (CPUSet(), ())
@@ -224,6 +240,31 @@ class Plugin:
     def _publish(self) -> None:
         self._refresh(self._touched)
         self._touched.clear()
+        self._schedule_export()
+
+    def _schedule_export(self) -> None:
+        if not self.kubelet_state_path or self._export_handle is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.export_kubelet_state()
+            return
+        self._export_handle = loop.call_later(EXPORT_DELAY, self.export_kubelet_state)
+
+    def export_kubelet_state(self) -> None:
+        """Write ``cpu_manager_state``/``memory_manager_state`` to ``kubelet_state_path``."""
+        self._export_handle = None
+        if not self.kubelet_state_path:
+            return
+        try:
+            write_kubelet_state(
+                self.kubelet_state_path,
+                cpu_state_from_manager(self.engine.cpu_manager),
+                memory_state_from_manager(self.engine.memory_manager),
+            )
+        except (OSError, ValueError) as exc:
+            self.log.warning("kubelet-format export to %s failed: %s", self.kubelet_state_path, exc)
 
     def _save(self) -> None:
         """Persist the current state; on failure roll back to the last saved state and raise."""

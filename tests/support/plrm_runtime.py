@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from plrm_nri_builders import container as build_container
-from plrm_nri_builders import sandbox as build_sandbox
-
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.types import ContainerSpec, PodSpec
+from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
 from nri_plrm.proto import nri_api_pb2 as api
 
 
@@ -63,7 +61,7 @@ class FakeRuntime:
 
     async def run_pod(self, spec: PodSpec) -> api.PodSandbox:
         """RunPodSandbox; raises the simulator's error when the plugin rejects the pod."""
-        msg = build_sandbox(spec)
+        msg = nri_pod_sandbox(spec)
         await self.sim.run_pod_sandbox(msg)  # type: ignore[attr-defined]
         self.pods[msg.id] = msg
         return msg
@@ -72,10 +70,11 @@ class FakeRuntime:
         self, pod: api.PodSandbox, spec: PodSpec, ctr: ContainerSpec, *, attempt: int = 0
     ) -> api.CreateContainerResponse:
         """CreateContainer and apply the adjustment and the updates of the reply."""
-        cid = f"{spec.uid}-{ctr.name}-{attempt}"
-        msg = build_container(spec, ctr, container_id=cid, sandbox_id=pod.id)
         self._clock += 1
-        msg.created_at = self._clock
+        msg = nri_container(
+            spec, ctr, attempt=attempt, state=api.CONTAINER_CREATED, created_at=self._clock
+        )
+        cid = msg.id
         resp = await self.sim.create_container(pod, msg)  # type: ignore[attr-defined]
         assert resp is not None
         rc = RuntimeContainer(msg, created_at=self._clock)
@@ -84,6 +83,25 @@ class FakeRuntime:
         self.containers[cid] = rc
         self._apply_updates(resp.update)
         return resp
+
+    async def launch(self, spec: PodSpec) -> api.PodSandbox:
+        """Run the pod and create and start its containers in creation order, letting each
+        regular init container exit before the next container is created (as the kubelet)."""
+        pod = await self.run_pod(spec)
+        for ctr in creation_order(spec):
+            await self.create(pod, spec, ctr)
+            cid = self.id_of(pod, ctr.name)
+            await self.start(cid)
+            if ctr.kind is ContainerKind.INIT:
+                await self.stop(cid)
+        return pod
+
+    def id_of(self, pod: api.PodSandbox, name: str) -> str:
+        """The id of the pod's container with this name."""
+        for cid, rc in self.containers.items():
+            if rc.msg.pod_sandbox_id == pod.id and rc.msg.name == name:
+                return cid
+        raise KeyError(f"no container {name!r} in pod {pod.name!r}")
 
     async def start(self, cid: str) -> None:
         rc = self.containers[cid]

@@ -1,0 +1,60 @@
+"""Run a ``Plugin`` behind the real wire stub against ``nrisim`` over a unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+from nrisim import NRISimulator
+from plrm_runtime import FakeRuntime
+
+from nri_plrm.nri.stub import Stub
+from nri_plrm.plugin import Plugin
+from nri_plrm.proto import nri_api_pb2 as api
+
+
+@dataclass
+class Session:
+    sim: NRISimulator
+    runtime: FakeRuntime
+    stub: Stub
+    task: asyncio.Task[None]
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    plugin: Plugin,
+    socket_path: str,
+    *,
+    pods: Iterable[api.PodSandbox] = (),
+    containers: Iterable[api.Container] = (),
+    runtime: FakeRuntime | None = None,
+    **sim_kwargs: object,
+) -> AsyncIterator[Session]:
+    """Start the simulator, connect the plugin's stub, wait for Synchronize, yield, tear down."""
+    sim = await NRISimulator.start(
+        socket_path,
+        pods=pods,
+        containers=containers,
+        **sim_kwargs,  # type: ignore[arg-type]
+    )
+    stub = Stub(plugin, name="nri-plrm", index="50", socket_path=socket_path, backoff_initial=0.05)
+    plugin.attach(stub.update_containers)
+    task = asyncio.get_running_loop().create_task(stub.run())
+    try:
+        await sim.wait_registered()
+        if runtime is None:
+            runtime = FakeRuntime(sim)
+        else:
+            runtime.sim = sim
+        sync = sim.session.sync_reply if sim.session is not None else None
+        if sync is not None:
+            runtime._apply_updates(sync.update)
+        yield Session(sim, runtime, stub, task)
+    finally:
+        await stub.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
+        await sim.close()
