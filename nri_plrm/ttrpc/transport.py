@@ -112,8 +112,9 @@ class Channel(asyncio.Protocol):
 
     @property
     def is_open(self) -> bool:
-        """True until the trunk closes."""
-        return self._transport is not None and not self._closed.done()
+        """True until the trunk closes or starts closing."""
+        t = self._transport
+        return t is not None and not t.is_closing() and not self._closed.done()
 
     def close(self) -> None:
         """Close the trunk (idempotent); pending calls fail with :class:`ChannelClosed`."""

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -148,6 +149,18 @@ class NRISimulator:
         sessions.append(PluginSession(channel, registered=loop.create_future()))
         channel.session = sessions[0]
         return channel
+
+    async def adopt(self, sock: socket.socket) -> None:
+        """Serve a pre-connected socket (the runtime end of a pre-launched plugin's socketpair)."""
+        loop = asyncio.get_running_loop()
+        await loop.connect_accepted_socket(self._new_channel, sock)
+
+    def inject(self, data: bytes) -> None:
+        """Write raw bytes on the current trunk (for malformed-frame tests)."""
+        session = self.session
+        if session is None or not isinstance(session.channel, _AcceptedChannel):
+            raise ChannelClosed("nrisim: no plugin connection to inject into")
+        session.channel.write_raw(data)
 
     def _accepted(self, session: PluginSession) -> None:
         old = self.session
@@ -612,4 +625,10 @@ class _AcceptedChannel(Channel):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        assert isinstance(transport, asyncio.Transport)
+        self._raw = transport
         self._on_accept(self.session)
+
+    def write_raw(self, data: bytes) -> None:
+        """Write bytes to the trunk as they are."""
+        self._raw.write(data)
