@@ -440,9 +440,7 @@ def test_update_containers_waits_for_in_flight_replies(sock_path: str) -> None:
         await sim.wait_registered()
         create = asyncio.create_task(sim.create_container(POD, CTR))
         await updating.create_started.wait()
-        upd = asyncio.create_task(
-            stub.update_containers([api.ContainerUpdate(container_id="c1")])
-        )
+        upd = asyncio.create_task(stub.update_containers([api.ContainerUpdate(container_id="c1")]))
         for _ in range(20):
             await asyncio.sleep(0)
         assert not upd.done() and sim.unsolicited == []  # held back while a reply is pending
