@@ -85,3 +85,20 @@ number or boolean is also a valid TOML one). Null map entries are left out.
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The /metrics and /healthz port, from config.metrics.address. The kubelet probes the pod's IP,
+so the plugin must listen on all addresses there.
+*/}}
+{{- define "nri-plrm.metricsPort" -}}
+{{- $address := .Values.config.metrics.address | default "" | toString -}}
+{{- $port := regexFind "[0-9]+$" $address -}}
+{{- $host := trimSuffix (printf ":%s" $port) $address | trimAll "[]" -}}
+{{- if or (not $port) (not (hasSuffix (printf ":%s" $port) $address)) -}}
+{{- fail (printf "config.metrics.address: %q: must be host:port; the DaemonSet's probes need /healthz" $address) -}}
+{{- end -}}
+{{- if not (has $host (list "0.0.0.0" "::" "")) -}}
+{{- fail (printf "config.metrics.address: %q: must listen on all addresses (0.0.0.0:PORT or [::]:PORT): the kubelet probes the pod IP" $address) -}}
+{{- end -}}
+{{- $port -}}
+{{- end -}}

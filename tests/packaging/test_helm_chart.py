@@ -1,0 +1,296 @@
+"""The Helm chart, rendered by Helm's own engine, and the plain DaemonSet manifest made from it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from nri_plrm.config import parse_config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+if os.environ.get("NRI_PLRM_REQUIRE_HELM") != "1":
+    pytest.importorskip("helm_python", reason="helm-python-sdk renders the chart")
+import helm_python
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "packaging" / "helm" / "nri-plrm"
+
+
+def _load_render() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "nri_plrm_render_manifest", REPO / "packaging" / "kubernetes" / "render.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+render_module = _load_render()
+
+
+def objects(values: dict[str, Any] | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+    """Rendered objects keyed by (kind, name)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for text in render_module.render(values).values():
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                found[(doc["kind"], doc["metadata"]["name"])] = doc
+    return found
+
+
+def daemonset(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    return objects(values)[("DaemonSet", "nri-plrm")]
+
+
+def container(ds: dict[str, Any]) -> dict[str, Any]:
+    (only,) = ds["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def config_of(values: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    cm = objects(values)[("ConfigMap", "nri-plrm")]
+    text = cm["data"]["config.toml"]
+    return text, tomllib.loads(text)
+
+
+def mounts(ds: dict[str, Any]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """mountPath -> (volumeMount, volume)."""
+    volumes = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+    return {m["mountPath"]: (m, volumes[m["name"]]) for m in container(ds)["volumeMounts"]}
+
+
+def test_chart_lints_clean() -> None:
+    result = helm_python.lint(str(CHART), strict=True)
+    assert result["errors"] == []
+    assert all(m["severity"] <= 1 for m in result["messages"]), result["messages"]
+
+
+def test_plain_manifest_is_the_rendered_chart() -> None:
+    committed = (REPO / "packaging" / "kubernetes" / "nri-plrm.yaml").read_text()
+    assert committed == render_module.static_manifest(), (
+        "packaging/kubernetes/nri-plrm.yaml is stale: run python packaging/kubernetes/render.py"
+    )
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(committed) if doc]
+    assert kinds == [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "DaemonSet",
+    ]
+    (namespace,) = [d for d in yaml.safe_load_all(committed) if d and d["kind"] == "Namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_values_cover_every_config_key() -> None:
+    defaults = tomllib.loads((REPO / "packaging" / "config.toml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
+    for table, keys in defaults.items():
+        for key in keys:
+            assert key in values.get(table, {}), f"values.yaml config.{table}.{key} missing"
+
+
+def test_rendered_config_is_valid_and_matches_values() -> None:
+    text, parsed = config_of()
+    config = parse_config(text, "configmap")
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
+    assert parsed == values
+    assert config.metrics.address == "0.0.0.0:9740"
+    assert config.topology.sysfs_root == "/host/sys"
+    assert config.kubernetes.enabled is True
+
+
+def test_config_wiring_between_configmap_and_pod() -> None:
+    ds = daemonset()
+    c = container(ds)
+    _, cfg = config_of()
+    assert "command" not in c, "the image's ENTRYPOINT must stay in effect"
+    assert c["args"] == ["run", "--config", "/etc/nri-plrm/config.toml"]
+    mount, volume = mounts(ds)["/etc/nri-plrm"]
+    assert mount["readOnly"] is True
+    assert volume["configMap"]["name"] == "nri-plrm"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert cfg["kubernetes"]["node_name"] == ""
+    template = ds["spec"]["template"]
+    assert len(template["metadata"]["annotations"]["checksum/config"]) == 64
+    other = daemonset({"config": {"log": {"level": "debug"}}})
+    assert (
+        other["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        != template["metadata"]["annotations"]["checksum/config"]
+    )
+
+
+def test_host_mounts_match_the_config_paths() -> None:
+    ds = daemonset()
+    _, cfg = config_of()
+    m = mounts(ds)
+    nri_dir = str(Path(cfg["nri"]["socket"]).parent)
+    mount, volume = m[nri_dir]
+    assert mount["readOnly"] is True
+    assert volume["hostPath"] == {"path": "/var/run/nri", "type": "DirectoryOrCreate"}
+    mount, volume = m[cfg["state"]["dir"]]
+    assert not mount.get("readOnly", False)
+    assert volume["hostPath"] == {"path": "/var/lib/nri-plrm", "type": "DirectoryOrCreate"}
+    assert str(Path(cfg["pod_resources"]["socket"]).parent) == cfg["state"]["dir"]
+    mount, volume = m[cfg["topology"]["sysfs_root"]]
+    assert mount["readOnly"] is True
+    assert volume["hostPath"] == {"path": "/sys", "type": "Directory"}
+    mount, volume = m[cfg["state"]["kubelet_cpu_manager_state"]]
+    assert mount["readOnly"] is True
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/cpu_manager_state", "type": "File"}
+    mount, volume = m["/host/kubelet/pod-resources"]
+    assert mount["readOnly"] is True
+    assert volume["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    assert m["/tmp"][1]["emptyDir"]["medium"] == "Memory"
+
+
+def test_probes_and_prometheus_annotations_follow_the_metrics_address() -> None:
+    for address, port in (("0.0.0.0:9740", 9740), ("[::]:9100", 9100), (":9200", 9200)):
+        ds = daemonset({"config": {"metrics": {"address": address}}})
+        c = container(ds)
+        assert c["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
+        for probe in ("livenessProbe", "startupProbe"):
+            assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+            assert c[probe]["periodSeconds"] > 0 and c[probe]["failureThreshold"] > 0
+        annotations = ds["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == str(port)
+        assert annotations["prometheus.io/path"] == "/metrics"
+    off = daemonset({"prometheusAnnotations": False})
+    assert "prometheus.io/scrape" not in off["spec"]["template"]["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("address", "rule"),
+    [
+        ("127.0.0.1:9740", "must listen on all addresses"),
+        ("", "must be host:port"),
+        ("9740", "must be host:port"),
+    ],
+)
+def test_unprobeable_metrics_address_fails_the_render(address: str, rule: str) -> None:
+    with pytest.raises(helm_python.HelmError, match=rule) as failure:
+        render_module.render({"config": {"metrics": {"address": address}}})
+    assert "config.metrics.address" in str(failure.value)
+
+
+def test_security_context_scheduling_and_resources() -> None:
+    ds = daemonset()
+    pod = ds["spec"]["template"]["spec"]
+    sc = container(ds)["securityContext"]
+    assert sc["runAsUser"] == 0 and sc["privileged"] is False
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert "hostNetwork" not in pod and "hostPID" not in pod
+    assert pod["nodeSelector"] == {"nri-plrm/enabled": "true"}
+    assert {"operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert {"operator": "Exists", "effect": "NoExecute"} in pod["tolerations"]
+    assert pod["priorityClassName"] == "system-node-critical"
+    resources = container(ds)["resources"]
+    assert resources["requests"]["cpu"] and resources["requests"]["memory"]
+    assert resources["limits"]["memory"]
+    assert "cpu" not in resources["limits"], "the agent itself must not be Guaranteed/pinned"
+    selector = ds["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_rbac_for_the_pod_cache() -> None:
+    objs = objects()
+    ds = objs[("DaemonSet", "nri-plrm")]
+    pod = ds["spec"]["template"]["spec"]
+    account = objs[("ServiceAccount", "nri-plrm")]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod["automountServiceAccountToken"] is True
+    role = objs[("ClusterRole", "nri-plrm")]
+    rules = {
+        (g, r): sorted(rule["verbs"])
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert rules == {
+        ("", "pods"): ["get", "list", "watch"],
+        ("", "events"): ["create", "patch"],
+        ("events.k8s.io", "events"): ["create", "patch"],
+    }
+    binding = objs[("ClusterRoleBinding", "nri-plrm")]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "nri-plrm",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "nri-plrm", "namespace": "nri-plrm"}
+    ]
+
+
+def test_pod_cache_off_and_no_rbac() -> None:
+    objs = objects(
+        {
+            "rbac": {"create": False},
+            "serviceAccount": {"create": False},
+            "config": {"kubernetes": {"enabled": False}},
+        }
+    )
+    kinds = {kind for kind, _ in objs}
+    assert kinds == {"ConfigMap", "DaemonSet"}
+    pod = objs[("DaemonSet", "nri-plrm")]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == "default"
+
+
+def test_overrides_reach_the_rendered_objects() -> None:
+    objs = objects(
+        {
+            "fullnameOverride": "plrm",
+            "image": {"repository": "registry.example/nri-plrm", "tag": "9.9.9"},
+            "config": {
+                "cpu_manager": {"reserved_cpus": None, "reserved_cpu_count": 2},
+                "topology_manager": {"policy": "restricted", "scope": "container"},
+                "memory_manager": {
+                    "reserved_memory": [
+                        {"numa_node": 0, "memory": "1Gi"},
+                        {"numa_node": 1, "memory": "1Gi", "hugepages-2Mi": "0"},
+                    ]
+                },
+            },
+        }
+    )
+    ds = objs[("DaemonSet", "plrm")]
+    assert container(ds)["image"] == "registry.example/nri-plrm:9.9.9"
+    cm = objs[("ConfigMap", "plrm")]
+    text = cm["data"]["config.toml"]
+    parsed = tomllib.loads(text)
+    assert "reserved_cpus" not in parsed["cpu_manager"]
+    assert parsed["cpu_manager"]["reserved_cpu_count"] == 2
+    assert parsed["memory_manager"]["reserved_memory"][1] == {
+        "numa_node": 1,
+        "memory": "1Gi",
+        "hugepages-2Mi": "0",
+    }
+    config = parse_config(text, "configmap")
+    assert config.topology_manager.policy == "restricted"
+    _, volume = mounts(ds)["/etc/nri-plrm"]
+    assert volume["configMap"]["name"] == "plrm"
+
+
+def test_strings_are_escaped_for_toml() -> None:
+    text, parsed = config_of({"config": {"log": {"level": 'a "quoted"\\ value'}}})
+    assert parsed["log"]["level"] == 'a "quoted"\\ value'
+    assert text.count("[log]") == 1
