@@ -414,7 +414,7 @@ def test_update_containers_waits_for_in_flight_replies(sock_path: str) -> None:
     scheduled: list[asyncio.Task[list[api.ContainerUpdate]]] = []
 
     class Updating(Plugin):
-        async def stop_container(
+        async def stop_container(  # type: ignore[override]
             self, pod: api.PodSandbox, ctr: api.Container
         ) -> list[api.ContainerUpdate]:
             assert self.stub is not None
