@@ -681,6 +681,16 @@ class MemoryManager:
         self._entries.setdefault(pod_uid, {})[name] = blocks
         return [b.frozen() for b in blocks]
 
+    def release_container_slice(self, pod_uid: str, name: str) -> None:
+        """Give an exited container's exclusive slice back to its pod-level pod's pool.
+
+        The pod budget stays charged; the container's entry is dropped. Idempotent; a no-op
+        for pods without a pod-level budget."""
+        if pod_uid not in self._pod_entries:
+            return
+        self._entries.get(pod_uid, {}).pop(name, None)
+        self._shared.get(pod_uid, set()).discard(name)
+
     def refresh_shared(self, pod_uid: str) -> None:
         """Recompute the blocks of a pod's shared containers after the pool changed."""
         pod_blocks = self._pod_entries.get(pod_uid)

@@ -1,0 +1,867 @@
+"""The allocation engine: Topology Manager + CPU Manager ``static`` + Memory Manager ``Static``.
+
+Two ways to use it:
+
+**Whole pod (kubelet-exact).** :meth:`Engine.admit_pod` takes the full pod spec and runs the
+kubelet's admission: the Topology Manager's scope flow with the hint providers in the kubelet's
+order (CPU, then memory). A rejection raises ``AdmissionError`` with the kubelet's reason and
+message and leaves nothing allocated; a pod that is already admitted keeps its state. Used by
+``simulate`` and by the plugin when the Kubernetes API gives it the pod spec.
+
+**Incremental (NRI only).** NRI shows a pod budget at ``RunPodSandbox`` and then containers one
+at a time, in creation order, without their kind:
+
+- :meth:`Engine.admit_sandbox` ``(pod, aggregate=None)``: ``pod`` carries identity and, for a
+  pod treated as pod-level, ``requests``/``limits`` (the budget); a classic pod has neither and
+  may pass ``aggregate``, the containers' aggregate requests (Kubernetes ``PodRequests``), so
+  that scope ``pod`` can align it once as the kubelet does. Scope ``pod`` + pod-level: the pod
+  hint is merged and the budget reserved now (the kubelet's pod-scope rejection otherwise).
+  Scope ``pod`` + classic with ``aggregate``: the pod hint is merged now and used for every
+  container's ``Allocate``. Scope ``container`` (or classic without aggregate): nothing yet.
+- :meth:`Engine.add_container`: the container's assignment plus the changed assignments of
+  every other container (pools that shrank). In a pod-level pod an exclusive-eligible container
+  takes ``takeByTopology(pod shared pool, n)`` (the kubelet's ``AllocatePod`` order) and a
+  shared one gets the pod shared pool; an exclusive slice that would exceed the pool, or empty
+  it while a shared container lives, and a shared container arriving at an empty pool, are
+  rejected with ``EmptyPodSharedPoolError``. Other containers go through the container path
+  (per-container alignment in scope ``container``, the stored pod hint in scope ``pod``);
+  containers without exclusive CPUs run in the node shared pool and are tracked, so that every
+  change of that pool is reported for them.
+- :meth:`Engine.stop_container` (the container exited; idempotent): an exclusive slice of a
+  pod-level pod goes back to the pod shared pool; a classic container's CPUs and memory become
+  reusable by the pod's later containers, as a finished init container's are in the kubelet.
+- :meth:`Engine.remove_container`, :meth:`Engine.remove_pod`: release per the kubelet's rules.
+
+The final state after a pod's containers arrive equals :meth:`Engine.admit_pod` on the whole
+spec for the kubelet's and the seed documents' examples (tests run both and compare). Known
+transient difference: while a regular init container with an exclusive slice runs, the pod
+shared pool of a pod-level pod is smaller than the kubelet's (it is restored when it exits).
+
+Counters (monotonic, for the metrics exporter) live in :attr:`Engine.counters`:
+``allocations[(resource, source)]`` and ``allocation_errors[(resource, source)]`` with resource
+``cpu``/``memory`` and source ``pod``/``node`` (``resource_manager_allocations_total``,
+``resource_manager_allocation_errors_total``); ``container_assignments[assignment_type]``
+(``node_exclusive``, ``pod_exclusive``, ``pod_shared``, plus ``node_shared``);
+``pod_admissions`` / ``pod_admission_errors[reason]`` (pods admitted or rejected, both modes);
+``container_admission_errors[reason]`` (containers rejected at creation);
+``topology_admissions`` / ``topology_admission_errors[reason]`` (the Topology Manager's merge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
+from nri_plrm.engine.memory_manager import MemoryManager, MemoryManagerConfig
+from nri_plrm.engine.topology_manager import (
+    POLICY_NONE,
+    SCOPE_POD,
+    HintProvider,
+    TopologyManager,
+    TopologyManagerConfig,
+)
+from nri_plrm.engine.types import (
+    CPU,
+    EMPTY_POD_SHARED_POOL_ERROR,
+    MEMORY,
+    TOPOLOGY_AFFINITY_ERROR,
+    AdmissionError,
+    AssignmentType,
+    ContainerAssignment,
+    ContainerKind,
+    ContainerSpec,
+    HintMap,
+    MemoryBlock,
+    PodSpec,
+    ResourceList,
+    TopologyHint,
+)
+from nri_plrm.topology.model import Topology
+
+SNAPSHOT_FORMAT = 1
+"""Version of :meth:`Engine.snapshot`'s layout (readers ignore keys they do not know)."""
+
+SOURCE_POD = "pod"
+SOURCE_NODE = "node"
+
+Changes = dict[tuple[str, str], ContainerAssignment]
+"""Assignments of other containers that changed, by (pod uid, container name)."""
+
+MODE_WHOLE = "whole"
+MODE_POD_LEVEL = "pod-level"
+MODE_CLASSIC = "classic"
+
+
+class EngineStateError(ValueError):
+    """A snapshot that cannot be restored on this machine and configuration."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The three managers' settings."""
+
+    topology_manager: TopologyManagerConfig
+    cpu_manager: CPUManagerConfig
+    memory_manager: MemoryManagerConfig
+
+
+@dataclass(frozen=True)
+class Allocatable:
+    """What PodResources ``GetAllocatableResources`` reports."""
+
+    cpus: CPUSet
+    memory: tuple[MemoryBlock, ...]
+
+
+@dataclass
+class EngineCounters:
+    """Monotonic counters; see the module docstring for names and labels."""
+
+    allocations: dict[tuple[str, str], int] = field(default_factory=dict)
+    allocation_errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    container_assignments: dict[str, int] = field(default_factory=dict)
+    pod_admissions: int = 0
+    pod_admission_errors: dict[str, int] = field(default_factory=dict)
+    container_admission_errors: dict[str, int] = field(default_factory=dict)
+    topology_admissions: int = 0
+    topology_admission_errors: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def bump(table: dict[Any, int], key: Any) -> None:
+        """Increment ``table[key]``."""
+        table[key] = table.get(key, 0) + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (tuple keys joined with ``/``)."""
+        return {
+            "allocations": {"/".join(k): v for k, v in self.allocations.items()},
+            "allocation_errors": {"/".join(k): v for k, v in self.allocation_errors.items()},
+            "container_assignments": dict(self.container_assignments),
+            "pod_admissions": self.pod_admissions,
+            "pod_admission_errors": dict(self.pod_admission_errors),
+            "container_admission_errors": dict(self.container_admission_errors),
+            "topology_admissions": self.topology_admissions,
+            "topology_admission_errors": dict(self.topology_admission_errors),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineCounters:
+        """Inverse of :meth:`to_dict`."""
+
+        def pairs(raw: Any) -> dict[tuple[str, str], int]:
+            out: dict[tuple[str, str], int] = {}
+            for key, value in dict(raw or {}).items():
+                resource, _, source = str(key).partition("/")
+                out[(resource, source)] = int(value)
+            return out
+
+        return cls(
+            allocations=pairs(data.get("allocations")),
+            allocation_errors=pairs(data.get("allocation_errors")),
+            container_assignments={
+                str(k): int(v) for k, v in dict(data.get("container_assignments", {})).items()
+            },
+            pod_admissions=int(data.get("pod_admissions", 0)),
+            pod_admission_errors={
+                str(k): int(v) for k, v in dict(data.get("pod_admission_errors", {})).items()
+            },
+            container_admission_errors={
+                str(k): int(v) for k, v in dict(data.get("container_admission_errors", {})).items()
+            },
+            topology_admissions=int(data.get("topology_admissions", 0)),
+            topology_admission_errors={
+                str(k): int(v) for k, v in dict(data.get("topology_admission_errors", {})).items()
+            },
+        )
+
+
+@dataclass
+class _PodRecord:
+    """What the engine knows of an admitted pod."""
+
+    spec: PodSpec
+    """Whole mode: the full spec. Incremental: identity and budget, containers as they come."""
+    mode: str
+    hint: TopologyHint | None = None
+    """Incremental pod scope: the merged pod hint every container is allocated with."""
+    containers: list[ContainerSpec] = field(default_factory=list)
+    """Incremental: containers in creation order (kind as given, INIT once stopped early)."""
+    stopped: set[str] = field(default_factory=set)
+    shared: set[str] = field(default_factory=set)
+    """Incremental pod-level: containers on the pod shared pool."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": _pod_to_dict(self.spec),
+            "mode": self.mode,
+            "hint": None if self.hint is None else _hint_to_dict(self.hint),
+            "containers": [_container_to_dict(c) for c in self.containers],
+            "stopped": sorted(self.stopped),
+            "shared": sorted(self.shared),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> _PodRecord:
+        hint = data.get("hint")
+        return cls(
+            spec=_pod_from_dict(data["spec"]),
+            mode=str(data["mode"]),
+            hint=None if hint is None else _hint_from_dict(hint),
+            containers=[_container_from_dict(c) for c in data.get("containers", [])],
+            stopped={str(n) for n in data.get("stopped", [])},
+            shared={str(n) for n in data.get("shared", [])},
+        )
+
+    def spec_so_far(self) -> PodSpec:
+        """The pod as known now: budget plus the containers seen, init-like ones first."""
+        inits = tuple(c for c in self.containers if c.kind is not ContainerKind.APP)
+        apps = tuple(c for c in self.containers if c.kind is ContainerKind.APP)
+        return PodSpec(
+            uid=self.spec.uid,
+            namespace=self.spec.namespace,
+            name=self.spec.name,
+            init_containers=inits,
+            containers=apps,
+            requests=self.spec.requests,
+            limits=self.spec.limits,
+        )
+
+
+class _CountingProvider:
+    """Wraps a manager so the engine counts allocation errors by resource and source."""
+
+    def __init__(self, inner: HintProvider, resource: str, counters: EngineCounters) -> None:
+        self.inner = inner
+        self.resource = resource
+        self.counters = counters
+
+    def get_topology_hints(self, pod: PodSpec, container: ContainerSpec) -> HintMap | None:
+        return self.inner.get_topology_hints(pod, container)
+
+    def get_pod_topology_hints(self, pod: PodSpec) -> HintMap | None:
+        return self.inner.get_pod_topology_hints(pod)
+
+    def allocate(self, pod: PodSpec, container: ContainerSpec, hint: TopologyHint | None) -> None:
+        try:
+            self.inner.allocate(pod, container, hint)
+        except AdmissionError:
+            self.counters.bump(self.counters.allocation_errors, (self.resource, SOURCE_NODE))
+            raise
+
+    def allocate_pod(self, pod: PodSpec, hint: TopologyHint | None) -> None:
+        try:
+            self.inner.allocate_pod(pod, hint)
+        except AdmissionError:
+            self.counters.bump(self.counters.allocation_errors, (self.resource, SOURCE_POD))
+            raise
+
+
+class Engine:
+    """Kubelet-exact admission and allocation for one node (see the module docstring)."""
+
+    def __init__(self, topology: Topology, config: EngineConfig) -> None:
+        self.topology = topology
+        self.config = config
+        self.topology_manager = TopologyManager(topology, config.topology_manager)
+        self.cpu_manager = CPUManager(
+            topology, config.cpu_manager, topology_manager_policy=config.topology_manager.policy
+        )
+        self.memory_manager = MemoryManager(topology, config.memory_manager)
+        self.counters = EngineCounters()
+        self._pods: dict[str, _PodRecord] = {}
+        self._node_shared: set[tuple[str, str]] = set()
+
+    @property
+    def _providers(self) -> tuple[HintProvider, ...]:
+        return (
+            _CountingProvider(self.cpu_manager, CPU, self.counters),
+            _CountingProvider(self.memory_manager, MEMORY, self.counters),
+        )
+
+    @property
+    def _pod_scope(self) -> bool:
+        tm = self.topology_manager
+        return tm.policy != POLICY_NONE and tm.scope == SCOPE_POD
+
+    # -- whole pod ---------------------------------------------------------------------------
+
+    def admit_pod(self, pod: PodSpec) -> dict[str, ContainerAssignment]:
+        """The kubelet's admission of a whole pod; its containers' assignments by name.
+
+        Raises ``AdmissionError`` (kubelet reason and message); nothing stays allocated then.
+        A pod admitted before keeps its state and gets its current assignments back.
+        """
+        record = self._pods.get(pod.uid)
+        if record is None:
+            before = self.cpu_manager.default_cpuset
+            try:
+                self.topology_manager.admit(pod, self._providers)
+            except AdmissionError as err:
+                self._rollback(pod.uid)
+                self._count_pod_error(err)
+                raise
+            record = _PodRecord(spec=pod, mode=MODE_WHOLE)
+            self._pods[pod.uid] = record
+            self.counters.pod_admissions += 1
+            self.counters.topology_admissions += 1
+            for c in pod.all_containers():
+                self._count_new_assignment(pod.uid, c.name)
+                if self.cpu_manager.assignment(pod.uid, c.name) is None:
+                    self._node_shared.add((pod.uid, c.name))
+            self._changes_since(before, skip=pod.uid)
+        return {c.name: self._assignment_of(pod.uid, c.name) for c in record.spec.all_containers()}
+
+    def _rollback(self, pod_uid: str) -> None:
+        self.cpu_manager.remove_pod(pod_uid)
+        self.memory_manager.remove_pod(pod_uid)
+        self.topology_manager.remove_pod(pod_uid)
+
+    def _count_pod_error(self, err: AdmissionError) -> None:
+        self.counters.bump(self.counters.pod_admission_errors, err.reason)
+        if err.reason == TOPOLOGY_AFFINITY_ERROR:
+            self.counters.bump(self.counters.topology_admission_errors, err.reason)
+
+    # -- incremental ---------------------------------------------------------------------------
+
+    def admit_sandbox(self, pod: PodSpec, aggregate: ResourceList | None = None) -> CPUSet:
+        """Admit a pod known only by its budget (NRI ``RunPodSandbox``); see the module doc.
+
+        Returns the CPUs reserved for the pod (empty when none). Idempotent. Raises
+        ``AdmissionError`` with the kubelet's reason and message; nothing stays reserved then.
+        """
+        existing = self._pods.get(pod.uid)
+        if existing is not None:
+            return self.cpu_manager.pod_cpus(pod.uid) or EMPTY
+        bare = PodSpec(
+            uid=pod.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            requests=pod.requests,
+            limits=pod.limits,
+        )
+        pod_level = bare.has_pod_level_resources
+        record = _PodRecord(spec=bare, mode=MODE_POD_LEVEL if pod_level else MODE_CLASSIC)
+        try:
+            if self._pod_scope and pod_level:
+                record.hint = self.topology_manager.pod_hint(bare, self._providers)
+                self._reserve_budget(record)
+            elif self._pod_scope and aggregate:
+                probe = PodSpec(
+                    uid=pod.uid,
+                    containers=(ContainerSpec("", requests=aggregate, limits=aggregate),),
+                )
+                record.hint = self.topology_manager.pod_hint(probe, self._providers)
+        except AdmissionError as err:
+            self._rollback(pod.uid)
+            self._count_pod_error(err)
+            raise
+        self._pods[pod.uid] = record
+        self.counters.pod_admissions += 1
+        if record.hint is not None:
+            self.counters.topology_admissions += 1
+        return self.cpu_manager.pod_cpus(pod.uid) or EMPTY
+
+    def _reserve_budget(self, record: _PodRecord) -> None:
+        spec = record.spec
+        try:
+            self.cpu_manager.allocate_pod_bubble(spec, record.hint)
+        except AdmissionError:
+            self.counters.bump(self.counters.allocation_errors, (CPU, SOURCE_POD))
+            raise
+        try:
+            self.memory_manager.allocate_pod_budget(spec, record.hint)
+        except AdmissionError:
+            self.counters.bump(self.counters.allocation_errors, (MEMORY, SOURCE_POD))
+            raise
+
+    def add_container(
+        self, pod: PodSpec, container: ContainerSpec
+    ) -> tuple[ContainerAssignment, Changes]:
+        """Place a container being created; its assignment and other containers' changes.
+
+        Raises ``AdmissionError`` (the container must not start); nothing changes then.
+        """
+        record = self._pods.get(pod.uid)
+        if record is None:
+            self.admit_sandbox(pod)
+            record = self._pods[pod.uid]
+        uid, name = pod.uid, container.name
+        if record.mode == MODE_WHOLE:
+            if record.spec.container(name) is None:
+                self._node_shared.add((uid, name))
+            return self._assignment_of(uid, name), {}
+        before = self.cpu_manager.default_cpuset
+        pool_before = {n: self._assignment_of(uid, n) for n in record.shared}
+        known = next((c for c in record.containers if c.name == name), None)
+        if known is not None and name not in record.stopped:
+            return self._assignment_of(uid, name), {}
+        if known is not None:
+            record.stopped.discard(name)
+            if known.kind is ContainerKind.INIT and container.kind is not ContainerKind.INIT:
+                record.containers[record.containers.index(known)] = container
+        else:
+            record.containers.append(container)
+        try:
+            if record.mode == MODE_POD_LEVEL and self._has_budget(uid):
+                self._add_to_budget(record, container)
+            else:
+                self._add_classic(record, container)
+        except AdmissionError as err:
+            if known is None:
+                record.containers.remove(container)
+            self.counters.bump(self.counters.container_admission_errors, err.reason)
+            if err.reason == TOPOLOGY_AFFINITY_ERROR:
+                self.counters.bump(self.counters.topology_admission_errors, err.reason)
+            raise
+        if known is None:
+            self._count_new_assignment(uid, name)
+        assignment = self._assignment_of(uid, name)
+        if assignment.assignment is AssignmentType.NODE_SHARED:
+            self._node_shared.add((uid, name))
+        changes = self._changes_since(before, skip=uid)
+        for other, old in pool_before.items():
+            if other != name and other in record.shared:
+                new = self._assignment_of(uid, other)
+                if new != old:
+                    changes[(uid, other)] = new
+        return assignment, changes
+
+    def _has_budget(self, pod_uid: str) -> bool:
+        return (
+            self.cpu_manager.pod_cpus(pod_uid) is not None
+            or self.memory_manager.pod_blocks(pod_uid) is not None
+        )
+
+    def _add_to_budget(self, record: _PodRecord, container: ContainerSpec) -> None:
+        """A container of a pod-level pod whose budget is reserved (scope pod)."""
+        cpu, mem = self.cpu_manager, self.memory_manager
+        spec = record.spec_so_far()
+        uid, name = spec.uid, container.name
+        n = cpu.guaranteed_cpus(spec, container)
+        mem_req = mem.container_requests(spec, container)
+        live_shared = any(s not in record.stopped and s != name for s in record.shared)
+        has_bubble = cpu.pod_cpus(uid) is not None
+        has_memory = mem.pod_blocks(uid) is not None
+        if has_bubble:
+            free = len(cpu.pod_shared_pool(uid))
+            if n > 0:
+                _check_slice(free, n, live_shared, CPU)
+            elif free == 0:
+                raise AdmissionError(EMPTY_POD_SHARED_POOL_ERROR, _cpu_empty_message())
+        if has_memory:
+            pool = mem.pod_pool(uid)
+            if mem_req:
+                for resource, size in mem_req.items():
+                    _check_slice(pool.get(resource, 0), size, live_shared, resource)
+            elif not any(v > 0 for v in pool.values()):
+                raise AdmissionError(EMPTY_POD_SHARED_POOL_ERROR, _memory_empty_message(MEMORY))
+        if has_bubble:
+            if n > 0:
+                cpu.take_from_pod(uid, name, n)
+                record.shared.discard(name)
+            else:
+                cpu.set_container_cpus(uid, name, cpu.pod_shared_pool(uid))
+                record.shared.add(name)
+        if has_memory:
+            if mem_req:
+                mem.take_from_pod(uid, name, mem_req)
+            else:
+                mem.share_pod_pool(uid, name)
+        self._refresh_pod_pool(record)
+
+    def _refresh_pod_pool(self, record: _PodRecord) -> None:
+        uid = record.spec.uid
+        if self.cpu_manager.pod_cpus(uid) is not None:
+            pool = self.cpu_manager.pod_shared_pool(uid)
+            for name in record.shared:
+                if self.cpu_manager.assignment(uid, name) is not None:
+                    self.cpu_manager.set_container_cpus(uid, name, pool)
+        self.memory_manager.refresh_shared(uid)
+
+    def _add_classic(self, record: _PodRecord, container: ContainerSpec) -> None:
+        """The kubelet's container path: per-container hint, or the stored pod hint."""
+        spec = record.spec_so_far()
+        uid, name = spec.uid, container.name
+        tm = self.topology_manager
+        if tm.policy == POLICY_NONE:
+            hint: TopologyHint | None = None
+        elif record.hint is not None:
+            hint = record.hint
+        else:
+            hint = tm.container_hint(spec, container, self._providers)
+            self.counters.topology_admissions += 1
+        if hint is not None:
+            tm.set_affinity(uid, name, hint)
+        providers = self._providers
+        try:
+            for provider in providers:
+                provider.allocate(spec, container, hint)
+        except AdmissionError:
+            self.cpu_manager.remove_container(uid, name)
+            self.memory_manager.remove_container(uid, name)
+            tm.remove_container(uid, name)
+            raise
+
+    def stop_container(self, pod_uid: str, name: str) -> Changes:
+        """The container exited (NRI ``StopContainer``, maybe twice); see the module doc.
+
+        A classic container's entry is re-asserted as a regular init container's, which makes
+        its CPUs and memory reusable by the pod's next container (the kubelet's init reuse)."""
+        record = self._pods.get(pod_uid)
+        if record is None or record.mode == MODE_WHOLE or name in record.stopped:
+            return {}
+        known = next((c for c in record.containers if c.name == name), None)
+        if known is None:
+            return {}
+        record.stopped.add(name)
+        if record.mode == MODE_POD_LEVEL and self._has_budget(pod_uid):
+            if name in record.shared:
+                return {}
+            pool_before = {n: self._assignment_of(pod_uid, n) for n in record.shared}
+            self.cpu_manager.release_container_slice(pod_uid, name)
+            self.memory_manager.release_container_slice(pod_uid, name)
+            self._refresh_pod_pool(record)
+            return {
+                (pod_uid, n): new
+                for n, old in pool_before.items()
+                if n not in record.stopped and (new := self._assignment_of(pod_uid, n)) != old
+            }
+        if self.cpu_manager.assignment(pod_uid, name) is None and not (
+            self.memory_manager.container_blocks(pod_uid, name)
+        ):
+            return {}
+        as_init = ContainerSpec(name, ContainerKind.INIT, known.requests, known.limits)
+        record.containers[record.containers.index(known)] = as_init
+        spec = record.spec_so_far()
+        hint = self.topology_manager.get_affinity(pod_uid, name)
+        try:
+            self.cpu_manager.allocate(spec, as_init, hint)
+            self.memory_manager.allocate(spec, as_init, hint)
+        except AdmissionError:
+            # Re-asserting an existing entry only fails on full-pcpus-only's SMT check when
+            # the node filled up meanwhile; the CPUs then simply are not offered for reuse.
+            return {}
+        return {}
+
+    def remove_container(self, pod_uid: str, name: str) -> Changes:
+        """Release a removed container per the kubelet's rules; the pools that grew."""
+        record = self._pods.get(pod_uid)
+        before = self.cpu_manager.default_cpuset
+        pool_before = {
+            n: self._assignment_of(pod_uid, n) for n in (record.shared if record else ())
+        }
+        self.cpu_manager.remove_container(pod_uid, name)
+        self.memory_manager.remove_container(pod_uid, name)
+        self.topology_manager.remove_container(pod_uid, name)
+        self._node_shared.discard((pod_uid, name))
+        if record is not None and record.mode != MODE_WHOLE:
+            record.containers = [c for c in record.containers if c.name != name]
+            record.stopped.discard(name)
+            record.shared.discard(name)
+            if record.mode == MODE_POD_LEVEL and self._pod_scope and not self._has_budget(pod_uid):
+                self._reserve_budget(record)
+            self._refresh_pod_pool(record)
+        changes = self._changes_since(before, skip=pod_uid)
+        for other, old in pool_before.items():
+            if other != name and record is not None and other in record.shared:
+                new = self._assignment_of(pod_uid, other)
+                if new != old:
+                    changes[(pod_uid, other)] = new
+        return changes
+
+    def remove_pod(self, pod_uid: str) -> Changes:
+        """Release everything a pod holds; the node-shared containers whose pool grew."""
+        before = self.cpu_manager.default_cpuset
+        self._rollback(pod_uid)
+        self._pods.pop(pod_uid, None)
+        self._node_shared = {k for k in self._node_shared if k[0] != pod_uid}
+        return self._changes_since(before, skip=pod_uid)
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _changes_since(self, before: CPUSet, skip: str) -> Changes:
+        """Node-shared containers of other pods, when the node shared pool changed."""
+        if self.cpu_manager.default_cpuset == before:
+            return {}
+        return {
+            key: self._assignment_of(*key) for key in sorted(self._node_shared) if key[0] != skip
+        }
+
+    def _count_new_assignment(self, pod_uid: str, name: str) -> None:
+        atype = self.cpu_manager.assignment_type(pod_uid, name)
+        counters = self.counters
+        counters.bump(counters.container_assignments, atype.value)
+        if atype is AssignmentType.NODE_EXCLUSIVE:
+            counters.bump(counters.allocations, (CPU, SOURCE_NODE))
+        elif atype in (AssignmentType.POD_EXCLUSIVE, AssignmentType.POD_SHARED):
+            counters.bump(counters.allocations, (CPU, SOURCE_POD))
+        if self.memory_manager.container_blocks(pod_uid, name):
+            source = (
+                SOURCE_POD if self.memory_manager.pod_blocks(pod_uid) is not None else SOURCE_NODE
+            )
+            counters.bump(counters.allocations, (MEMORY, source))
+
+    def _assignment_of(self, pod_uid: str, name: str) -> ContainerAssignment:
+        cpu, mem = self.cpu_manager, self.memory_manager
+        atype = cpu.assignment_type(pod_uid, name)
+        blocks = mem.container_blocks(pod_uid, name) or ()
+        mems = CPUSet(mem.numa_nodes_for(pod_uid, name))
+        reported = () if atype is AssignmentType.POD_SHARED else blocks
+        return ContainerAssignment(atype, cpu.cpus_for(pod_uid, name), mems, reported)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def assignment(self, pod_uid: str, name: str) -> ContainerAssignment | None:
+        """A known container's current assignment, or None."""
+        record = self._pods.get(pod_uid)
+        if record is None:
+            return None
+        if record.mode == MODE_WHOLE:
+            if record.spec.container(name) is None and (pod_uid, name) not in self._node_shared:
+                return None
+        elif all(c.name != name for c in record.containers):
+            return None
+        return self._assignment_of(pod_uid, name)
+
+    def assignments(self) -> dict[tuple[str, str], ContainerAssignment]:
+        """Every known container's assignment."""
+        out: dict[tuple[str, str], ContainerAssignment] = {}
+        for uid, record in self._pods.items():
+            names = (
+                [c.name for c in record.spec.all_containers()]
+                if record.mode == MODE_WHOLE
+                else [c.name for c in record.containers]
+            )
+            names += [n for u, n in self._node_shared if u == uid and n not in names]
+            for name in names:
+                out[(uid, name)] = self._assignment_of(uid, name)
+        return out
+
+    def pods(self) -> tuple[str, ...]:
+        """Admitted pod uids."""
+        return tuple(self._pods)
+
+    def node_shared_pool(self) -> CPUSet:
+        """The node shared pool (the CPU manager's default set)."""
+        return self.cpu_manager.default_cpuset
+
+    def pod_cpus(self, pod_uid: str) -> CPUSet | None:
+        """The CPUs reserved for a pod-level pod (its bubble), or None."""
+        return self.cpu_manager.pod_cpus(pod_uid)
+
+    def pod_memory(self, pod_uid: str) -> tuple[MemoryBlock, ...]:
+        """The memory reserved for a pod-level pod (empty when none)."""
+        return self.memory_manager.pod_blocks(pod_uid) or ()
+
+    def allocatable(self) -> Allocatable:
+        """CPUs (all minus reserved) and memory per NUMA node and type."""
+        return Allocatable(
+            self.cpu_manager.allocatable_cpus(), tuple(self.memory_manager.allocatable())
+        )
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able state: managers, affinities, pod records, counters, format version."""
+        tm = self.topology_manager
+        affinity: dict[str, dict[str, Any]] = {}
+        for uid, record in self._pods.items():
+            names = (
+                [c.name for c in record.spec.all_containers()]
+                if record.mode == MODE_WHOLE
+                else [c.name for c in record.containers]
+            )
+            for name in names:
+                hint = tm.get_affinity(uid, name)
+                if hint.numa_affinity is not None or hint.preferred:
+                    affinity.setdefault(uid, {})[name] = _hint_to_dict(hint)
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "cpu": self.cpu_manager.to_dict(),
+            "memory": self.memory_manager.to_dict(),
+            "affinity": affinity,
+            "pods": {uid: r.to_dict() for uid, r in self._pods.items()},
+            "nodeShared": sorted([list(k) for k in self._node_shared]),
+            "counters": self.counters.to_dict(),
+        }
+
+    @classmethod
+    def restore(cls, topology: Topology, config: EngineConfig, data: Mapping[str, Any]) -> Engine:
+        """Rebuild an engine from :meth:`snapshot` output (newer formats are refused)."""
+        version = data.get("format")
+        if not isinstance(version, int) or version < 1 or version > SNAPSHOT_FORMAT:
+            raise EngineStateError(
+                f"engine snapshot format {version!r}: this version reads formats 1 to "
+                f"{SNAPSHOT_FORMAT}"
+            )
+        engine = cls(topology, config)
+        try:
+            engine.cpu_manager = CPUManager.from_dict(
+                topology,
+                config.cpu_manager,
+                data.get("cpu", {}),
+                topology_manager_policy=config.topology_manager.policy,
+            )
+            engine.memory_manager = MemoryManager.from_dict(
+                topology, config.memory_manager, data.get("memory", {})
+            )
+            for uid, names in dict(data.get("affinity", {})).items():
+                for name, hint in dict(names).items():
+                    engine.topology_manager.set_affinity(str(uid), str(name), _hint_from_dict(hint))
+            engine._pods = {
+                str(uid): _PodRecord.from_dict(r) for uid, r in dict(data.get("pods", {})).items()
+            }
+            engine._node_shared = {(str(u), str(n)) for u, n in data.get("nodeShared", [])}
+            engine.counters = EngineCounters.from_dict(data.get("counters", {}))
+        except (KeyError, TypeError, ValueError) as err:
+            raise EngineStateError(f"engine snapshot: {err}") from err
+        return engine
+
+    def verify(self) -> list[str]:
+        """Invariant violations (empty when consistent); for tests and the ``state`` command."""
+        problems: list[str] = []
+        cpu, mem = self.cpu_manager, self.memory_manager
+        default = cpu.default_cpuset
+        owned: dict[str, CPUSet] = {}
+        for uid, names in cpu.entries().items():
+            bubble = cpu.pod_cpus(uid)
+            held = EMPTY.union(*names.values())
+            if bubble is not None:
+                if not held <= bubble:
+                    problems.append(
+                        f"pod {uid}: container cpus {held - bubble} outside its pod cpuset {bubble}"
+                    )
+                held = bubble
+                pool = cpu.pod_shared_pool(uid)
+                record = self._pods.get(uid)
+                for name in record.shared if record else ():
+                    got = cpu.assignment(uid, name)
+                    if got is not None and got != pool:
+                        problems.append(
+                            f"pod {uid}: shared container {name} has {got}, pod pool is {pool}"
+                        )
+            owned[uid] = held
+        for uid, bubble in cpu.pod_entries().items():
+            owned.setdefault(uid, bubble)
+        uids = sorted(owned)
+        for i, a in enumerate(uids):
+            if owned[a] & default:
+                problems.append(f"pod {a}: cpus {owned[a] & default} also in the node shared pool")
+            for b in uids[i + 1 :]:
+                both = owned[a] & owned[b]
+                if both:
+                    problems.append(f"pods {a} and {b}: both hold cpus {both}")
+        union = default.union(*owned.values())
+        expected = self.topology.all_cpus
+        if cpu.options.strict_cpu_reservation:
+            expected = expected - cpu.reserved_cpus
+        if union != expected:
+            problems.append(f"cpus accounted {union} differ from the machine's {expected}")
+        for node, state in mem.machine_state.items():
+            for resource, table in state.memory_map.items():
+                if table.free + table.reserved != table.allocatable or table.free < 0:
+                    problems.append(
+                        f"numa node {node} {resource}: free {table.free} + reserved "
+                        f"{table.reserved} != allocatable {table.allocatable}"
+                    )
+        try:
+            MemoryManager.from_dict(self.topology, self.config.memory_manager, mem.to_dict())
+        except ValueError as err:
+            problems.append(f"memory accounting: {err}")
+        for key in self._node_shared:
+            if cpu.assignment(*key) is not None:
+                problems.append(f"container {key}: tracked as node-shared but holds cpus")
+        return problems
+
+
+def _cpu_empty_message() -> str:
+    return (
+        "pod rejected, sum of exclusive container cpu requests equals pod budget, leaving no "
+        "cpus for shared containers"
+    )
+
+
+def _memory_empty_message(resource: str) -> str:
+    return (
+        f"pod rejected, sum of exclusive container {resource} requests equals pod budget, "
+        "leaving no memory for shared containers"
+    )
+
+
+def _check_slice(pool: int, request: int, shared_alive: bool, resource: str) -> None:
+    """Incremental form of ``validatePodScopeResources`` for one exclusive container: the
+    slice must fit in what is left of the budget and must not empty it while a shared
+    container lives."""
+    if request > pool:
+        amount = f"{request} cpus" if resource == CPU else f"{request} of {resource}"
+        raise AdmissionError(
+            EMPTY_POD_SHARED_POOL_ERROR,
+            f"pod rejected, exclusive container requests {amount}, but only {pool} available "
+            "in the pod budget",
+        )
+    if shared_alive and request >= pool:
+        raise AdmissionError(
+            EMPTY_POD_SHARED_POOL_ERROR,
+            _cpu_empty_message() if resource == CPU else _memory_empty_message(resource),
+        )
+
+
+def _hint_to_dict(hint: TopologyHint) -> dict[str, Any]:
+    return {
+        "numaAffinity": list(hint.nodes()) if hint.numa_affinity else None,
+        "preferred": hint.preferred,
+    }
+
+
+def _hint_from_dict(data: Mapping[str, Any]) -> TopologyHint:
+    nodes = data.get("numaAffinity")
+    mask = None if nodes is None else sum(1 << int(n) for n in nodes)
+    return TopologyHint(mask, bool(data.get("preferred", False)))
+
+
+def _container_to_dict(c: ContainerSpec) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "kind": c.kind.value,
+        "requests": dict(c.requests),
+        "limits": dict(c.limits),
+    }
+
+
+def _container_from_dict(data: Mapping[str, Any]) -> ContainerSpec:
+    return ContainerSpec(
+        name=str(data["name"]),
+        kind=ContainerKind(data.get("kind", ContainerKind.APP.value)),
+        requests={str(k): int(v) for k, v in dict(data.get("requests", {})).items()},
+        limits={str(k): int(v) for k, v in dict(data.get("limits", {})).items()},
+    )
+
+
+def _pod_to_dict(pod: PodSpec) -> dict[str, Any]:
+    return {
+        "uid": pod.uid,
+        "namespace": pod.namespace,
+        "name": pod.name,
+        "initContainers": [_container_to_dict(c) for c in pod.init_containers],
+        "containers": [_container_to_dict(c) for c in pod.containers],
+        "requests": None if pod.requests is None else dict(pod.requests),
+        "limits": None if pod.limits is None else dict(pod.limits),
+    }
+
+
+def _pod_from_dict(data: Mapping[str, Any]) -> PodSpec:
+    def resources(raw: Any) -> dict[str, int] | None:
+        return None if raw is None else {str(k): int(v) for k, v in dict(raw).items()}
+
+    return PodSpec(
+        uid=str(data["uid"]),
+        namespace=str(data.get("namespace", "default")),
+        name=str(data.get("name", "")),
+        init_containers=tuple(_container_from_dict(c) for c in data.get("initContainers", [])),
+        containers=tuple(_container_from_dict(c) for c in data.get("containers", [])),
+        requests=resources(data.get("requests")),
+        limits=resources(data.get("limits")),
+    )
