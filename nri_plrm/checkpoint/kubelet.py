@@ -667,28 +667,15 @@ class CPUManagerView(Protocol):
     def pod_entries(self) -> dict[str, CPUSet]: ...
 
 
-class MemoryTableView(Protocol):
-    """A row of the memory manager's machine state."""
-
-    total: int
-    system_reserved: int
-    allocatable: int
-    reserved: int
-    free: int
-
-
-class NodeStateView(Protocol):
-    """A NUMA node of the memory manager's machine state."""
-
-    memory_map: Mapping[str, Any]
-    cells: Sequence[int]
-    number_of_assignments: int
-
-
 class MemoryManagerView(Protocol):
-    """What the exporter reads of ``nri_plrm.engine.memory_manager.MemoryManager``."""
+    """What the exporter reads of ``nri_plrm.engine.memory_manager.MemoryManager``.
 
-    machine_state: Mapping[int, Any]
+    ``machine_state`` values need ``number_of_assignments``, ``cells`` and ``memory_map`` (rows
+    with ``total``, ``system_reserved``, ``allocatable``, ``reserved``, ``free``).
+    """
+
+    @property
+    def machine_state(self) -> Mapping[int, Any]: ...
 
     def pods(self) -> tuple[str, ...]: ...
     def containers(self, pod_uid: str) -> tuple[str, ...]: ...

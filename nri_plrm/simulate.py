@@ -1,0 +1,371 @@
+"""``nri-plrm simulate``: the dry run through the daemon's own code path.
+
+For each pod, in the order given, the kubelet translation builds the NRI messages containerd
+would send (``nri_plrm.kubelet_translation``), and the real :class:`nri_plrm.plugin.Plugin`
+handlers answer them against an in-memory runtime:
+
+1. ``RunPodSandbox``: the plugin admits the pod (it has the manifests through a
+   ``StaticPodSpecSource``, so it decides on the whole pod, exactly like the kubelet) or
+   rejects it with the kubelet's reason and message; a rejected pod creates no containers.
+2. ``CreateContainer`` for each container in the kubelet's order (init containers, sidecars,
+   app containers): the adjustment is applied to the new container, the ``update`` entries to
+   the other containers, as containerd does. A regular init container then "completes": the
+   runtime reports it stopped (``StopContainer``) before the next container is created.
+3. Unsolicited ``UpdateContainers`` are applied the same way.
+
+The result shows what each container would run with (cpus, mems, CFS quota as applied), the
+assignment type, the pod-level CPUs and memory as PodResources reports them (pod scope only),
+rejections, and the node shared pool. ``to_json()`` has the fixed shape of the CLI's
+``--output json``; ``to_table()`` is the human view.
+
+Scope and policy come from the config: pods written for container scope (e.g.
+``examples/container-scope-mixed.yaml``) need a container-scope config
+(``--config examples/container-scope.toml``); with the default pod-scope config they are
+simulated in pod scope, as a kubelet configured that way would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nri_plrm.config import Config, validate_for_topology
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.engine import Engine, EngineConfig
+from nri_plrm.engine.types import AdmissionError, ContainerKind, PodSpec
+from nri_plrm.kubelet_translation import (
+    creation_order,
+    machine_page_sizes,
+    nri_container,
+    nri_pod_sandbox,
+)
+from nri_plrm.manifest import load_manifests
+from nri_plrm.nri.stub import NRIError
+from nri_plrm.plugin import Plugin
+from nri_plrm.podsource.base import StaticPodSpecSource
+from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.topology.model import Topology
+from nri_plrm.topology.synthetic import describe
+
+REJECTED_AT_CREATE = "CreateContainerError"
+"""Reason shown when the runtime refused a container after the pod was admitted."""
+
+
+@dataclass(frozen=True)
+class SimulatedContainer:
+    """One container as the runtime would run it."""
+
+    name: str
+    kind: str
+    """``init``, ``sidecar`` or ``app``."""
+    assignment: str
+    """``pod_exclusive``, ``pod_shared``, ``node_exclusive`` or ``node_shared``."""
+    cpus: CPUSet
+    mems: CPUSet
+    cpu_quota: int | None
+    """The CFS quota the container runs with (-1: disabled); None when none is set."""
+    exited: bool = False
+    """True for a regular init container that has completed."""
+
+
+@dataclass(frozen=True)
+class SimulatedPod:
+    """One pod: admitted or rejected (with the kubelet's reason and message)."""
+
+    namespace: str
+    name: str
+    uid: str
+    admitted: bool
+    reason: str = ""
+    message: str = ""
+    cpu_ids: CPUSet = field(default_factory=CPUSet)
+    """Pod-level exclusive CPUs as PodResources reports them (pod scope, pod-level pods)."""
+    memory: tuple[tuple[str, int, tuple[int, ...]], ...] = ()
+    """Pod-level memory blocks: (memory type, bytes, NUMA nodes)."""
+    containers: tuple[SimulatedContainer, ...] = ()
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """The outcome of a dry run."""
+
+    topology: dict[str, Any]
+    policy: str
+    scope: str
+    shared_pool: CPUSet
+    pods: tuple[SimulatedPod, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--output json`` document (fixed shape; ``config`` is an addition)."""
+        return {
+            "topology": self.topology,
+            "config": {
+                "topology_manager_policy": self.policy,
+                "topology_manager_scope": self.scope,
+            },
+            "shared_pool": str(self.shared_pool),
+            "pods": [
+                {
+                    "namespace": p.namespace,
+                    "name": p.name,
+                    "admitted": p.admitted,
+                    "reason": p.reason,
+                    "message": p.message,
+                    "cpu_ids": p.cpu_ids.sorted(),
+                    "memory": [
+                        {"memory_type": t, "size": size, "numa": list(numa)}
+                        for t, size, numa in p.memory
+                    ],
+                    "containers": [
+                        {
+                            "name": c.name,
+                            "assignment": c.assignment,
+                            "cpus": str(c.cpus),
+                            "mems": str(c.mems),
+                            "cpu_quota": c.cpu_quota,
+                        }
+                        for c in p.containers
+                    ],
+                }
+                for p in self.pods
+            ],
+        }
+
+    def to_table(self) -> str:
+        """A readable table: one line per container, rejections with reason and message."""
+        topo = self.topology
+        lines = [
+            f"machine: {topo.get('num_sockets')} sockets, {topo.get('num_numa_nodes')} NUMA nodes, "
+            f"{topo.get('num_cores')} cores, {topo.get('num_cpus')} CPUs; "
+            f"topology manager {self.policy}, scope {self.scope}",
+            "",
+        ]
+        header = ("POD", "CONTAINER", "KIND", "ASSIGNMENT", "CPUS", "MEMS", "QUOTA")
+        rows: list[tuple[str, ...]] = []
+        notes: list[str] = []
+        for p in self.pods:
+            label = f"{p.namespace}/{p.name}"
+            if not p.admitted:
+                rows.append((label, "-", "-", "REJECTED", "-", "-", "-"))
+                notes.append(f"{label}: rejected: {p.reason}: {p.message}")
+                continue
+            if p.reason:
+                notes.append(f"{label}: {p.reason}: {p.message}")
+            if p.cpu_ids:
+                memory = ", ".join(
+                    f"{t} {_size(size)} on NUMA {','.join(map(str, numa))}"
+                    for t, size, numa in p.memory
+                )
+                notes.append(
+                    f"{label}: pod CPUs {p.cpu_ids}" + (f"; pod memory {memory}" if memory else "")
+                )
+            for c in p.containers:
+                quota = "-" if c.cpu_quota is None else str(c.cpu_quota)
+                kind = c.kind + (" (exited)" if c.exited else "")
+                rows.append(
+                    (label, c.name, kind, c.assignment, str(c.cpus), str(c.mems) or "-", quota)
+                )
+        widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+        for r in (header, *rows):
+            lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+        lines.append("")
+        lines.extend(notes)
+        lines.append(f"node shared pool: {self.shared_pool}")
+        return "\n".join(lines) + "\n"
+
+
+def _size(n: int) -> str:
+    for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if n and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)
+
+
+@dataclass
+class _RuntimeContainer:
+    msg: api.Container
+    cpus: str = ""
+    mems: str = ""
+    quota: int | None = None
+    exited: bool = False
+
+
+class InMemoryRuntime:
+    """The containerd side: holds containers and applies the plugin's adjustments and updates."""
+
+    def __init__(self) -> None:
+        self.containers: dict[str, _RuntimeContainer] = {}
+
+    def add(self, msg: api.Container) -> _RuntimeContainer:
+        """Register a created container with the resources it was created with."""
+        cpu = msg.linux.resources.cpu
+        ctr = _RuntimeContainer(
+            msg,
+            cpus=cpu.cpus,
+            mems=cpu.mems,
+            quota=cpu.quota.value if cpu.HasField("quota") else None,
+        )
+        self.containers[msg.id] = ctr
+        return ctr
+
+    @staticmethod
+    def apply(ctr: _RuntimeContainer, res: api.LinuxResources) -> None:
+        """Apply resources as containerd does: empty strings and zero values change nothing."""
+        if res.cpu.cpus:
+            ctr.cpus = res.cpu.cpus
+        if res.cpu.mems:
+            ctr.mems = res.cpu.mems
+        if res.cpu.HasField("quota") and res.cpu.quota.value != 0:
+            ctr.quota = res.cpu.quota.value
+
+    def apply_updates(self, updates: Iterable[api.ContainerUpdate]) -> None:
+        """Apply ``ContainerUpdate`` entries; unknown ids are skipped, as containerd does."""
+        for update in updates:
+            ctr = self.containers.get(update.container_id)
+            if ctr is not None:
+                self.apply(ctr, update.linux.resources)
+
+    async def update_containers(self, updates: list[api.ContainerUpdate]) -> list[Any]:
+        """The plugin's unsolicited ``UpdateContainers``; nothing fails in memory."""
+        self.apply_updates(updates)
+        return []
+
+
+def simulate(
+    manifest_paths: Sequence[str | Path], topology: Topology, config: Config | None = None
+) -> SimulationResult:
+    """Dry-run the pods of the manifests on ``topology`` with ``config`` (defaults if None).
+
+    Raises ``nri_plrm.manifest.ManifestError`` for bad manifests and
+    ``nri_plrm.config.ConfigError`` when the config does not fit the machine.
+    """
+    return simulate_pods(load_manifests(manifest_paths), topology, config)
+
+
+def simulate_pods(
+    pods: Sequence[PodSpec], topology: Topology, config: Config | None = None
+) -> SimulationResult:
+    """Dry-run already parsed pods (see :func:`simulate`)."""
+    config = config or Config()
+    validate_for_topology(config, topology)
+    return asyncio.run(_run(pods, topology, config))
+
+
+def engine_for(topology: Topology, config: Config) -> Engine:
+    """The engine the daemon would build for this machine and config."""
+    return Engine(
+        topology,
+        EngineConfig(
+            topology_manager=config.topology_manager_config(),
+            cpu_manager=config.cpu_manager_config(),
+            memory_manager=config.memory_manager_config(),
+        ),
+    )
+
+
+async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> SimulationResult:
+    engine = engine_for(topology, config)
+    runtime = InMemoryRuntime()
+    plugin = Plugin(engine, pod_specs=StaticPodSpecSource(pods))
+    plugin.attach(runtime.update_containers)
+    page_sizes = machine_page_sizes(topology.memory_resources)
+    outcomes: list[tuple[PodSpec, str, str, bool]] = []
+    created: dict[str, list[tuple[str, str, ContainerKind]]] = {}
+    clock = 0
+    for pod in pods:
+        sandbox = nri_pod_sandbox(pod)
+        try:
+            await plugin.run_pod_sandbox(sandbox)
+        except NRIError as exc:
+            reason, message = _explain(exc)
+            outcomes.append((pod, reason, message, False))
+            continue
+        reason = message = ""
+        admitted = True
+        names: list[tuple[str, str, ContainerKind]] = []
+        for spec in creation_order(pod):
+            clock += 1
+            msg = nri_container(pod, spec, page_sizes=page_sizes, created_at=clock)
+            try:
+                adjust, updates = await plugin.create_container(sandbox, msg)
+            except NRIError as exc:
+                reason, message = _explain(exc)
+                if isinstance(exc.__cause__, AdmissionError):
+                    admitted = False
+                    plugin.remove_pod_sandbox(sandbox)
+                else:
+                    reason = reason if reason != "NRIError" else REJECTED_AT_CREATE
+                break
+            ctr = runtime.add(msg)
+            if adjust is not None:
+                runtime.apply(ctr, adjust.linux.resources)
+            runtime.apply_updates(updates)
+            ctr.msg.state = api.CONTAINER_RUNNING
+            names.append((spec.name, msg.id, spec.kind))
+            if spec.kind is ContainerKind.INIT:
+                ctr.exited = True
+                ctr.msg.state = api.CONTAINER_STOPPED
+                runtime.apply_updates(plugin.stop_container(sandbox, ctr.msg))
+        await plugin.drain()
+        outcomes.append((pod, reason, message, admitted))
+        if admitted:
+            created[pod.uid] = names
+    await plugin.drain()
+    views = {view.uid: view for view in plugin.pods()}
+    results: list[SimulatedPod] = []
+    for pod, reason, message, admitted in outcomes:
+        view = views.get(pod.uid)
+        if not admitted or view is None:
+            results.append(SimulatedPod(pod.namespace, pod.name, pod.uid, False, reason, message))
+            continue
+        kinds = {c.name: c for c in view.containers}
+        containers = []
+        for name, cid, kind in created.get(pod.uid, []):
+            ctr = runtime.containers[cid]
+            cview = kinds.get(name)
+            assignment = (
+                cview.assignment.assignment.value
+                if cview is not None and cview.assignment is not None
+                else "node_shared"
+            )
+            containers.append(
+                SimulatedContainer(
+                    name=name,
+                    kind=kind.value,
+                    assignment=assignment,
+                    cpus=CPUSet.parse(ctr.cpus),
+                    mems=CPUSet.parse(ctr.mems),
+                    cpu_quota=ctr.quota,
+                    exited=ctr.exited,
+                )
+            )
+        results.append(
+            SimulatedPod(
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                True,
+                reason,
+                message,
+                cpu_ids=view.cpus,
+                memory=tuple((b.resource, b.size, b.numa_nodes) for b in view.memory),
+                containers=tuple(containers),
+            )
+        )
+    return SimulationResult(
+        topology=describe(topology),
+        policy=config.topology_manager.policy,
+        scope=config.topology_manager.scope,
+        shared_pool=engine.node_shared_pool(),
+        pods=tuple(results),
+    )
+
+
+def _explain(exc: NRIError) -> tuple[str, str]:
+    cause = exc.__cause__
+    if isinstance(cause, AdmissionError):
+        return cause.reason, cause.message
+    return "NRIError", str(exc)

@@ -1,0 +1,192 @@
+"""``simulate`` on the bundled examples: the documented outcome of every seed pod."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from nri_plrm.config import Config, ConfigError, load_config, parse_config
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.manifest import ManifestError
+from nri_plrm.simulate import SimulatedPod, SimulationResult, simulate
+from nri_plrm.topology.synthetic import DEFAULT_SPEC, synthetic_topology
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TOPOLOGY = synthetic_topology(DEFAULT_SPEC)
+GI = 1 << 30
+P = CPUSet.parse
+EMPTY_POOL_TM = (
+    "Pod Scope pod with pod-level resources failed admission under pod-scope topology manager"
+)
+
+
+def _run(*names: str, config: Config | None = None) -> SimulationResult:
+    return simulate([EXAMPLES / f"{n}.yaml" for n in names], TOPOLOGY, config)
+
+
+def _containers(pod: SimulatedPod) -> dict[str, tuple[str, CPUSet, CPUSet, int | None]]:
+    return {c.name: (c.assignment, c.cpus, c.mems, c.cpu_quota) for c in pod.containers}
+
+
+def test_pod_scope_mixed() -> None:
+    (pod,) = _run("pod-scope-mixed").pods
+    assert pod.admitted and pod.reason == ""
+    # Bubble: the first two free whole cores of NUMA 0 (CPU 0 is reserved): cores 1 and 2.
+    assert pod.cpu_ids == P("1-2,33-34")
+    assert pod.memory == (("memory", 4 * GI, (0,)),)
+    assert _containers(pod) == {
+        "metrics-sidecar": ("pod_shared", P("2,34"), P("0"), 400000),
+        "logging-sidecar": ("pod_shared", P("2,34"), P("0"), 400000),
+        "main-app": ("pod_exclusive", P("1,33"), P("0"), -1),
+    }
+    assert [c.kind for c in pod.containers] == ["sidecar", "sidecar", "app"]
+
+
+def test_empty_shared_pool_single_numa_node() -> None:
+    result = _run("empty-shared-pool")
+    (pod,) = result.pods
+    assert not pod.admitted
+    assert pod.reason == "TopologyAffinityError"
+    assert pod.message == EMPTY_POOL_TM
+    assert pod.containers == () and pod.cpu_ids == CPUSet()
+    assert result.shared_pool == TOPOLOGY.all_cpus
+
+
+def test_empty_shared_pool_best_effort_policy() -> None:
+    config = parse_config('[topology_manager]\npolicy = "best-effort"\nscope = "pod"\n')
+    (pod,) = _run("empty-shared-pool", config=config).pods
+    assert not pod.admitted
+    assert pod.reason == "EmptyPodSharedPoolError"
+    assert pod.message == (
+        "pod rejected, sum of exclusive container cpu requests equals pod budget, "
+        "leaving no cpus for shared containers"
+    )
+
+
+def test_tightly_coupled_database_lands_on_numa_1() -> None:
+    # 16Gi does not fit NUMA 0 (512Mi reserved there), so the whole pod goes to NUMA 1.
+    (pod,) = _run("tightly-coupled-database").pods
+    assert pod.cpu_ids == P("8-11,40-43")
+    assert pod.memory == (("memory", 16 * GI, (1,)),)
+    assert _containers(pod) == {
+        "metrics-exporter": ("pod_shared", P("11,43"), P("1"), 800000),
+        "backup-agent": ("pod_shared", P("11,43"), P("1"), 800000),
+        "database": ("pod_exclusive", P("8-10,40-42"), P("1"), -1),
+    }
+
+
+def test_container_scope_examples() -> None:
+    config = load_config(EXAMPLES / "container-scope.toml")
+    result = _run("container-scope-mixed", config=config)
+    (pod,) = result.pods
+    assert pod.cpu_ids == CPUSet() and pod.memory == ()
+    infra = _containers(pod)["infrastructure-sidecar"]
+    assert infra == ("node_exclusive", P("1,33"), P("0"), -1)
+    for worker in ("worker-1", "worker-2"):
+        assignment, cpus, mems, quota = _containers(pod)[worker]
+        assert (assignment, mems, quota) == ("node_shared", CPUSet(), 400000)
+        assert cpus == result.shared_pool == P("0,2-32,34-63")
+
+    result = _run("ml-workload", config=config)
+    (pod,) = result.pods
+    assignment, cpus, mems, quota = _containers(pod)["ml-training"]
+    assert (assignment, mems, quota, len(cpus)) == ("node_exclusive", P("0"), -1, 3)
+    assert cpus <= TOPOLOGY.cpus_in_numa(0)
+    sidecar = _containers(pod)["service-mesh-sidecar"]
+    assert sidecar[0] == "node_shared" and sidecar[1] == result.shared_pool
+
+
+def test_container_scope_pods_under_pod_scope_config() -> None:
+    (pod,) = _run("container-scope-mixed").pods
+    assert pod.cpu_ids == P("1-2,33-34")
+    assert _containers(pod)["infrastructure-sidecar"][:2] == ("pod_exclusive", P("1,33"))
+    assert _containers(pod)["worker-1"][:2] == ("pod_shared", P("2,34"))
+
+
+def test_classic_guaranteed_reuses_init_cpus() -> None:
+    (pod,) = _run("classic-guaranteed").pods
+    assert pod.cpu_ids == CPUSet()
+    containers = _containers(pod)
+    assert containers["migrate-schema"] == ("node_exclusive", P("1,33"), P("0"), -1)
+    assert containers["web"] == ("node_exclusive", P("1,33"), P("0"), -1)
+    assert containers["cache"][0] == "node_exclusive" and len(containers["cache"][1]) == 1
+    assert [c.exited for c in pod.containers] == [True, False, False]
+
+
+def test_besteffort_alone_runs_on_the_whole_machine() -> None:
+    result = _run("besteffort")
+    (pod,) = result.pods
+    assert _containers(pod) == {"batch": ("node_shared", TOPOLOGY.all_cpus, CPUSet(), None)}
+
+
+def test_all_examples_in_one_run() -> None:
+    result = simulate(sorted(EXAMPLES.glob("*.yaml")), TOPOLOGY)
+    by_name = {p.name: p for p in result.pods}
+    assert [p.name for p in result.pods] == sorted(by_name)
+    assert not by_name["empty-shared-pool"].admitted
+    assert all(p.admitted for n, p in by_name.items() if n != "empty-shared-pool")
+    exclusive: list[CPUSet] = []
+    for p in result.pods:
+        for c in p.containers:
+            if c.assignment in ("pod_exclusive", "node_exclusive") and not c.exited:
+                exclusive.append(c.cpus)
+    union = CPUSet().union(*exclusive)
+    assert len(union) == sum(len(c) for c in exclusive), "an exclusive CPU was handed out twice"
+    assert union.is_disjoint(result.shared_pool)
+    # NUMA 0 is used up by the earlier pods' memory, so pod-scope-mixed lands on NUMA 1.
+    assert by_name["pod-scope-mixed"].memory == (("memory", 4 * GI, (1,)),)
+
+
+def test_json_shape() -> None:
+    doc = _run("pod-scope-mixed", "empty-shared-pool").to_json()
+    json.dumps(doc)
+    assert set(doc) == {"topology", "config", "shared_pool", "pods"}
+    assert doc["shared_pool"] == "0,3-32,35-63"
+    assert doc["topology"]["num_cpus"] == 64
+    ok, rejected = doc["pods"]
+    assert set(ok) == {
+        "namespace",
+        "name",
+        "admitted",
+        "reason",
+        "message",
+        "cpu_ids",
+        "memory",
+        "containers",
+    }
+    assert ok["cpu_ids"] == [1, 2, 33, 34]
+    assert ok["memory"] == [{"memory_type": "memory", "size": 4 * GI, "numa": [0]}]
+    assert ok["containers"][2] == {
+        "name": "main-app",
+        "assignment": "pod_exclusive",
+        "cpus": "1,33",
+        "mems": "0",
+        "cpu_quota": -1,
+    }
+    assert rejected["admitted"] is False
+    assert rejected["reason"] == "TopologyAffinityError"
+    assert rejected["containers"] == [] and rejected["cpu_ids"] == []
+
+
+def test_table() -> None:
+    table = _run("pod-scope-mixed", "empty-shared-pool").to_table()
+    assert "scope pod" in table
+    assert re.search(
+        r"plrm-tutorial/pod-scope-mixed +main-app +app +pod_exclusive +1,33 +0 +-1", table
+    )
+    assert re.search(r"plrm-tutorial/empty-shared-pool +- +- +REJECTED", table)
+    assert f"rejected: TopologyAffinityError: {EMPTY_POOL_TM}" in table
+    assert "node shared pool: 0,3-32,35-63" in table
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Pod\nmetadata: {name: x}\nspec: {containers: []}\n")
+    with pytest.raises(ManifestError, match=re.escape(str(bad))):
+        simulate([bad], TOPOLOGY)
+    config = parse_config('[cpu_manager]\nreserved_cpus = "100"\n')
+    with pytest.raises(ConfigError):
+        simulate([EXAMPLES / "besteffort.yaml"], TOPOLOGY, config)
