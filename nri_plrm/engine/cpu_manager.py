@@ -329,7 +329,7 @@ class CPUManager:
 
     def entries(self) -> dict[str, dict[str, CPUSet]]:
         """A copy of every container entry."""
-        return {uid: dict(names) for uid, names in self._entries.items()}
+        return {uid: dict(names) for uid, names in self._entries.items() if names}
 
     def pod_entries(self) -> dict[str, CPUSet]:
         """A copy of every pod entry."""
@@ -777,6 +777,7 @@ class CPUManager:
             "entries": {
                 uid: {name: str(cpus) for name, cpus in sorted(names.items())}
                 for uid, names in sorted(self._entries.items())
+                if names
             },
             "podEntries": {uid: str(cpus) for uid, cpus in sorted(self._pod_entries.items())},
             "podPoolConsumers": {
@@ -801,31 +802,26 @@ class CPUManager:
         Raises :class:`CPUStateError` with the kubelet's messages when the state does not fit.
         """
         manager = cls(topology, config, topology_manager_policy=topology_manager_policy)
-        policy = data.get("policyName", POLICY_STATIC)
+        state = _mapping(data, "cpu manager state")
+        policy = state.get("policyName", POLICY_STATIC)
         if policy != POLICY_STATIC:
             raise CPUStateError(
                 f'configured policy "{POLICY_STATIC}" differs from state checkpoint policy '
                 f'"{policy}"'
             )
-        default = _parse_state_set(data.get("defaultCpuSet", ""), "default CPU set")
+        default = _parse_state_set(state.get("defaultCpuSet", ""), "default CPU set")
         entries: dict[str, dict[str, CPUSet]] = {}
-        for uid, names in dict(data.get("entries", {})).items():
-            for name, text in dict(names).items():
+        for uid, names in _mapping(state.get("entries", {}), "entries").items():
+            for name, text in _mapping(names, f'entries of pod "{uid}"').items():
                 what = f'cpuset "{text}" for container "{name}" in pod "{uid}"'
                 entries.setdefault(str(uid), {})[str(name)] = _parse_state_set(text, what)
         pods = {
             str(uid): _parse_state_set(text, f'pod cpuset "{text}" for pod "{uid}"')
-            for uid, text in dict(data.get("podEntries", {})).items()
+            for uid, text in _mapping(state.get("podEntries", {}), "podEntries").items()
         }
         manager.load_state(default, entries, pods)
-        manager._pool_consumers = {
-            str(uid): {str(n) for n in names}
-            for uid, names in dict(data.get("podPoolConsumers", {})).items()
-        }
-        manager._exclusive_inits = {
-            str(uid): {str(n) for n in names}
-            for uid, names in dict(data.get("podInitSlices", {})).items()
-        }
+        manager._pool_consumers = _name_sets(state.get("podPoolConsumers", {}), "podPoolConsumers")
+        manager._exclusive_inits = _name_sets(state.get("podInitSlices", {}), "podInitSlices")
         return manager
 
     def load_state(
@@ -891,8 +887,25 @@ class CPUManager:
             )
 
 
+def _mapping(value: object, what: str) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise CPUStateError(f"{what}: {value!r} is not an object")
+    return value
+
+
+def _name_sets(value: object, what: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for uid, names in _mapping(value, what).items():
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise CPUStateError(f'{what} of pod "{uid}": {names!r} is not a list of names')
+        out[str(uid)] = set(names)
+    return out
+
+
 def _parse_state_set(text: object, what: str) -> CPUSet:
+    if not isinstance(text, str):
+        raise CPUStateError(f"could not parse {what}: {text!r} is not a string")
     try:
-        return CPUSet.parse(str(text))
+        return CPUSet.parse(text)
     except CPUSetError as err:
         raise CPUStateError(f"could not parse {what}: {err}") from err
