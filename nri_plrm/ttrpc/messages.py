@@ -78,9 +78,16 @@ def decode_request(data: bytes) -> wire.Request:
 
 def encode_ok(payload: bytes) -> bytes:
     """A success Response: the payload only, no status field (0 bytes for an empty reply)."""
-    if not payload:
+    n = len(payload)
+    if not n:
         return b""
-    return Response(payload=payload).SerializeToString()
+    # Field 2 (payload), wire type 2: tag 0x12, varint length, bytes.
+    head = bytearray(b"\x12")
+    while n > 0x7F:
+        head.append((n & 0x7F) | 0x80)
+        n >>= 7
+    head.append(n)
+    return bytes(head) + payload
 
 
 def encode_error(code: int, message: str) -> bytes:

@@ -44,7 +44,11 @@ class ChannelClosed(ConnectionError):
     """The trunk closed (end of stream, reset or local close) before the call completed."""
 
 
-class Channel(asyncio.Protocol):
+#: Size of the preallocated receive buffer (reads go straight into it, no per-read allocation).
+READ_BUFFER_SIZE = 256 * 1024
+
+
+class Channel(asyncio.BufferedProtocol):
     """The asyncio protocol for one trunk; create it with :func:`connect_unix` or friends."""
 
     def __init__(
@@ -68,14 +72,22 @@ class Channel(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._closed: asyncio.Future[BaseException | None] = self._loop.create_future()
         self.close_reason: BaseException | None = None
+        self._rbuf = memoryview(bytearray(READ_BUFFER_SIZE))
 
-    # asyncio.Protocol
+    # asyncio.BufferedProtocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._rbuf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(self._rbuf[:nbytes]))
+
     def data_received(self, data: bytes) -> None:
+        """Process bytes read from the trunk (dispatch requests, resolve calls)."""
         try:
             messages = self._decoder.feed(data)
         except ProtocolError as exc:
@@ -155,13 +167,13 @@ class Channel(asyncio.Protocol):
         fut: asyncio.Future[bytes] = self._loop.create_future()
         self._pending[sid] = fut
         transport.write(frames)
+        timer = None if timeout is None else self._loop.call_later(timeout, _expire, fut)
         try:
-            if timeout is None:
-                data = await fut
-            else:
-                data = await asyncio.wait_for(fut, timeout)
+            data = await fut
         finally:
             self._pending.pop(sid, None)
+            if timer is not None:
+                timer.cancel()
         return decode_response(data)
 
     # server side
@@ -236,6 +248,11 @@ class Channel(asyncio.Protocol):
     def in_flight(self) -> int:
         """Server requests currently being handled."""
         return len(self._tasks)
+
+
+def _expire(fut: asyncio.Future[bytes]) -> None:
+    if not fut.done():
+        fut.set_exception(asyncio.TimeoutError())
 
 
 async def connect_unix(path: str, **kwargs: Any) -> Channel:

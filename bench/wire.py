@@ -1,0 +1,99 @@
+"""Wire benchmark: CreateContainer round trips (simulator -> plugin stub -> reply) over a socket.
+
+The plugin runs in its own process (as in production) with a handler that does nothing; the
+runtime side is the test simulator (``tests/support/nrisim``) sending the CreateContainer request
+recorded from containerd (``golden`` capture, 3.5 KB, so containerd's two-frame split is used).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import main, percentile
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+
+WARMUP = 500
+ROUND_TRIPS = 5000
+CONCURRENCY = 8
+
+
+class _NoOp:
+    """A plugin whose CreateContainer handler allocates nothing and adjusts nothing."""
+
+    def create_container(self, pod: object, container: object) -> None:
+        return None
+
+
+def serve_plugin(socket_path: str) -> None:
+    """Run the stub with the no-op handler until the runtime goes away (child process)."""
+    from nri_plrm.nri.stub import Stub
+
+    stub = Stub(_NoOp(), name="bench", index="50", socket_path=socket_path, reconnect=False)
+    asyncio.run(stub.run())
+
+
+async def _measure(socket_path: str) -> dict[str, float]:
+    from nrisim import NRISimulator, request
+
+    req = request("golden", "CreateContainer")
+    pod, ctr = req.pod, req.container
+    sim = await NRISimulator.start(socket_path, request_timeout=10.0)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from bench.wire import serve_plugin; serve_plugin({socket_path!r})",
+        ],
+        cwd=ROOT,
+    )
+    try:
+        await sim.wait_registered(timeout=30.0)
+        for _ in range(WARMUP):
+            await sim.create_container(pod, ctr)
+        samples = []
+        start = time.perf_counter()
+        for _ in range(ROUND_TRIPS):
+            t0 = time.perf_counter()
+            await sim.create_container(pod, ctr)
+            samples.append(time.perf_counter() - t0)
+        sequential = time.perf_counter() - start
+
+        async def worker(n: int) -> None:
+            for _ in range(n):
+                await sim.create_container(pod, ctr)
+
+        per_worker = ROUND_TRIPS // CONCURRENCY
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(per_worker) for _ in range(CONCURRENCY)))
+        concurrent = time.perf_counter() - start
+    finally:
+        await sim.close()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    return {
+        "wire_roundtrip_p50_us": percentile(samples, 50) * 1e6,
+        "wire_roundtrip_p99_us": percentile(samples, 99) * 1e6,
+        "wire_requests_per_s": ROUND_TRIPS / sequential,
+        "wire_requests_per_s_concurrent8": per_worker * CONCURRENCY / concurrent,
+    }
+
+
+def run() -> dict[str, float]:
+    """Measure CreateContainer round trips; figures in microseconds and requests per second."""
+    with tempfile.TemporaryDirectory(prefix="nribench") as tmp:
+        return asyncio.run(_measure(os.path.join(tmp, "nri.sock")))
+
+
+if __name__ == "__main__":
+    main(run)
