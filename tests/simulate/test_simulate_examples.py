@@ -93,10 +93,9 @@ def test_container_scope_examples() -> None:
     result = _run("ml-workload", config=config)
     (pod,) = result.pods
     assignment, cpus, mems, quota = _containers(pod)["ml-training"]
-    assert (assignment, mems, quota, len(cpus)) == ("node_exclusive", P("0"), -1, 3)
-    assert cpus <= TOPOLOGY.cpus_in_numa(0)
+    assert (assignment, cpus, mems, quota) == ("node_exclusive", P("2,32,34"), P("0"), -1)
     sidecar = _containers(pod)["service-mesh-sidecar"]
-    assert sidecar[0] == "node_shared" and sidecar[1] == result.shared_pool
+    assert sidecar[0] == "node_shared" and sidecar[1] == result.shared_pool == P("0,3-31,35-63")
 
 
 def test_container_scope_pods_under_pod_scope_config() -> None:
@@ -112,7 +111,7 @@ def test_classic_guaranteed_reuses_init_cpus() -> None:
     containers = _containers(pod)
     assert containers["migrate-schema"] == ("node_exclusive", P("1,33"), P("0"), -1)
     assert containers["web"] == ("node_exclusive", P("1,33"), P("0"), -1)
-    assert containers["cache"][0] == "node_exclusive" and len(containers["cache"][1]) == 1
+    assert containers["cache"] == ("node_exclusive", P("32"), P("0"), -1)
     assert [c.exited for c in pod.containers] == [True, False, False]
 
 
@@ -138,6 +137,18 @@ def test_all_examples_in_one_run() -> None:
     assert union.is_disjoint(result.shared_pool)
     # NUMA 0 is used up by the earlier pods' memory, so pod-scope-mixed lands on NUMA 1.
     assert by_name["pod-scope-mixed"].memory == (("memory", 4 * GI, (1,)),)
+    assert by_name["pod-scope-mixed"].cpu_ids == P("8-9,40-41")
+    assert by_name["tightly-coupled-database"].cpu_ids == P("16-19,48-51")
+    assert by_name["tightly-coupled-database"].memory == (("memory", 16 * GI, (2,)),)
+
+
+def test_ml_workload_under_pod_scope() -> None:
+    (pod,) = _run("ml-workload").pods
+    assert pod.cpu_ids == P("1-2,33-34")
+    assert _containers(pod) == {
+        "service-mesh-sidecar": ("pod_shared", P("34"), P("0"), 400000),
+        "ml-training": ("pod_exclusive", P("1-2,33"), P("0"), -1),
+    }
 
 
 def test_json_shape() -> None:
