@@ -129,7 +129,20 @@ async def _maybe_await(value: Any) -> Any:
 
 
 class Stub:
-    """An NRI plugin endpoint. ``await stub.run()`` serves until :meth:`stop` is awaited."""
+    """An NRI plugin endpoint. ``await stub.run()`` serves until :meth:`stop` is awaited.
+
+    - Started by containerd (``NRI_PLUGIN_SOCKET`` set): uses that fd and the name and index
+      from ``NRI_PLUGIN_NAME``/``NRI_PLUGIN_IDX``, and never reconnects (containerd does not
+      relaunch such plugins); otherwise connects to ``socket_path`` and, with ``reconnect``,
+      retries with exponential backoff (``backoff_initial`` doubling up to ``backoff_max``)
+      whenever the runtime goes away, re-registering and re-synchronizing each time.
+    - ``events`` is the mask derived from the handlers; ``subscribed`` is what was sent to the
+      current runtime (``events`` minus what that runtime's NRI version does not know).
+    - ``request_timeout`` starts at the given value and follows the runtime's value from
+      Configure; it bounds ``UpdateContainers`` calls and is used to warn about slow handlers.
+    - All methods must be called on the event loop thread running :meth:`run` (from another
+      thread, use ``asyncio.run_coroutine_threadsafe``).
+    """
 
     def __init__(
         self,
