@@ -93,9 +93,9 @@ def test_container_scope_examples() -> None:
     result = _run("ml-workload", config=config)
     (pod,) = result.pods
     assignment, cpus, mems, quota = _containers(pod)["ml-training"]
-    assert (assignment, cpus, mems, quota) == ("node_exclusive", P("2,32,34"), P("0"), -1)
+    assert (assignment, cpus, mems, quota) == ("node_exclusive", P("1,32-33"), P("0"), -1)
     sidecar = _containers(pod)["service-mesh-sidecar"]
-    assert sidecar[0] == "node_shared" and sidecar[1] == result.shared_pool == P("0,3-31,35-63")
+    assert sidecar[0] == "node_shared" and sidecar[1] == result.shared_pool == P("0,2-31,34-63")
 
 
 def test_container_scope_pods_under_pod_scope_config() -> None:
