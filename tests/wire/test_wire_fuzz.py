@@ -11,10 +11,12 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from nrisim import capture_folders
+from nrisim import REPLY_TYPES, capture_folders, requests
 from nrisim.capture import capture_dir
 from nrisim.gowire import read_go_messages
 
+from nri_plrm.nri.stub import Stub
+from nri_plrm.proto import ttrpc_wire_pb2 as wire
 from nri_plrm.ttrpc.codec import (
     MAX_FRAME_LEN,
     MAX_MESSAGE_LEN,
@@ -24,7 +26,7 @@ from nri_plrm.ttrpc.codec import (
     ProtocolError,
     encode_message,
 )
-from nri_plrm.ttrpc.messages import TtrpcError, decode_request, decode_response
+from nri_plrm.ttrpc.messages import Code, TtrpcError, decode_request, decode_response
 from nri_plrm.ttrpc.transport import Channel
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -32,6 +34,9 @@ TRUNKS = [
     (capture_dir() / f / f"trunk-{d}.bin").read_bytes()
     for f in capture_folders()
     for d in ("rx", "tx")
+]
+PAYLOADS = [
+    r.envelope.payload for f in ("golden", "run3-statechange-fallback") for r in requests(f)
 ]
 # Bound on what the decoder may hold: one incomplete frame plus one partial message per conn.
 MEMORY_BOUND = MUX_HEADER_LEN + MAX_FRAME_LEN + 2 * (MAX_FRAME_LEN + MAX_MESSAGE_LEN)
@@ -200,5 +205,42 @@ def test_channel_survives_garbage(data: bytes) -> None:
             assert sink.closing and not ch.is_open
         ch.close()
         await ch.wait_closed()
+
+    asyncio.run(main())
+
+
+class _AllEvents:
+    def create_container(self, pod: Any, ctr: Any) -> None:
+        return None
+
+    def update_pod_sandbox(self, pod: Any, overhead: Any, res: Any) -> None:
+        return None
+
+    def validate_container_adjustment(self, req: Any) -> str | None:
+        return None
+
+    def run_pod_sandbox(self, pod: Any) -> None:
+        return None
+
+    def remove_container(self, pod: Any, ctr: Any) -> None:
+        return None
+
+
+@FUZZ
+@given(
+    st.sampled_from(sorted(REPLY_TYPES.keys() - {"RegisterPlugin", "UpdateContainers"})),
+    st.one_of(st.binary(max_size=256), st.sampled_from(PAYLOADS)),
+)
+def test_stub_methods_answer_any_payload_with_reply_or_status(method: str, payload: bytes) -> None:
+    async def main() -> None:
+        stub = Stub(_AllEvents(), name="fuzz", index="10", environ={})
+        handler = stub._methods[method]  # the table the Plugin service dispatches to
+        req = wire.Request(service="nri.pkg.api.v1alpha1.Plugin", method=method, payload=payload)
+        try:
+            reply = await handler(req)
+        except TtrpcError as exc:
+            assert exc.code in (Code.INVALID_ARGUMENT, Code.UNKNOWN)
+        else:
+            REPLY_TYPES[method].FromString(reply)
 
     asyncio.run(main())
