@@ -221,7 +221,7 @@ class Stub:
             try:
                 channel = await self._open()
             except OSError as exc:
-                if self._socket_fd is not None:
+                if self._socket_fd is not None or not self.reconnect:
                     raise
                 log.warning("NRI: cannot connect to %s: %s", self.socket_path, exc)
                 continue

@@ -598,6 +598,12 @@ def test_stub_waits_for_the_socket_to_appear(sock_path: str) -> None:
     run(scenario)
 
 
+def test_without_reconnect_a_missing_socket_is_an_error(sock_path: str) -> None:
+    stub = make_stub(Plugin(), sock_path, reconnect=False)
+    with pytest.raises(FileNotFoundError):
+        run(stub.run)
+
+
 def test_registration_rejected_is_not_fatal(sock_path: str) -> None:
     plugin = Plugin()
 
