@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from nri_plrm.cpuset import CPUSet, CPUSetError
 from nri_plrm.engine.cpu_manager import CPUManagerConfig
+from nri_plrm.engine.engine import EngineConfig
 from nri_plrm.engine.memory_manager import MemoryManagerConfig
 from nri_plrm.engine.topology_manager import TopologyManagerConfig
 from nri_plrm.quantity import QuantityError, format_bytes, memory_bytes
@@ -246,6 +247,14 @@ class Config:
     def memory_manager_config(self) -> MemoryManagerConfig:
         """The engine's memory manager (Static policy) settings."""
         return MemoryManagerConfig(reserved=self.memory_manager.reserved())
+
+    def engine_config(self) -> EngineConfig:
+        """The allocation engine's settings (topology, CPU and memory managers)."""
+        return EngineConfig(
+            topology_manager=self.topology_manager_config(),
+            cpu_manager=self.cpu_manager_config(),
+            memory_manager=self.memory_manager_config(),
+        )
 
     def flat(self) -> dict[str, object]:
         """Every setting by dotted key path (for diffs and display)."""

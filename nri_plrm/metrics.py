@@ -40,7 +40,13 @@ ASSIGNMENT_TYPES = (
     AssignmentType.POD_SHARED.value,
 )
 """The kubelet's ``assignment_type`` label values."""
-_SOURCE_OF = {AssignmentType.POD_EXCLUSIVE: "pod", AssignmentType.NODE_EXCLUSIVE: "node"}
+_SOURCE_OF = {
+    AssignmentType.POD_EXCLUSIVE: "pod",
+    AssignmentType.POD_SHARED: "pod",
+    AssignmentType.NODE_EXCLUSIVE: "node",
+}
+"""Allocation source per assignment: the kubelet counts every container assignment its
+AllocatePod writes (exclusive slices and pod shared pool alike) as ``source="pod"``."""
 RECONCILE_ACTIONS = ("adopted", "corrected", "released")
 NEAR_TIMEOUT_FRACTION = 0.5
 """A request that took at least this fraction of the runtime's timeout counts as near it."""
@@ -372,7 +378,7 @@ class Metrics:
     def plugin_assignment(
         self, assignment_type: str, assignment: ContainerAssignment | None = None
     ) -> None:
-        """A container was placed: count the exclusive allocation and the pinning."""
+        """A container was placed: count the allocation (as the kubelet does) and the pinning."""
         kind = AssignmentType(assignment_type)
         source = _SOURCE_OF.get(kind)
         if source is not None:

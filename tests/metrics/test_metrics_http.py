@@ -69,7 +69,7 @@ def test_seed_metric_names_and_labels(server: MetricsServer) -> None:
     m.plugin_admitted()
     status, text = fetch(server, "/metrics")
     assert status == 200
-    assert value(text, "resource_manager_allocations_total", resource_name="cpu", source="pod") == 1
+    assert value(text, "resource_manager_allocations_total", resource_name="cpu", source="pod") == 2
     assert (
         value(text, "resource_manager_allocations_total", resource_name="cpu", source="node") == 2
     )
