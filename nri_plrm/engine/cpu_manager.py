@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import combinations
 from typing import Any
 
 from nri_plrm.cpuset import EMPTY, CPUSet, CPUSetError
@@ -43,6 +42,7 @@ from nri_plrm.engine.cpu_assignment import (
     take_by_topology,
     topology_index,
 )
+from nri_plrm.engine.cpu_hints import generate_cpu_hints
 from nri_plrm.engine.cpu_requests import (
     guaranteed_cpus,
     pod_guaranteed_cpus,
@@ -447,42 +447,13 @@ class CPUManager:
     def _generate_hints(
         self, available: CPUSet, reusable: CPUSet, request: int
     ) -> list[TopologyHint]:
-        ix = self._ix
-        ids = ix.numa_ids
-        total = ix.numa_size
-        free = {n: (available.mask & ix.numa_mask[n]).bit_count() for n in ids}
-        reuse_nodes = 0
-        for cpu in reusable:
-            reuse_nodes |= 1 << ix.numa_of.get(cpu, 0)
-        reuse_count = len(reusable)
-        min_affinity = len(ids)
-        masks: list[int] = []
-        for k in range(1, len(ids) + 1):
-            for combo in combinations(ids, k):
-                if k < min_affinity and sum(total[n] for n in combo) >= request:
-                    min_affinity = k
-                mask = 0
-                for n in combo:
-                    mask |= 1 << n
-                if reuse_nodes & ~mask:
-                    continue
-                if reuse_count + sum(free[n] for n in combo) < request:
-                    continue
-                masks.append(mask)
-        hints: list[TopologyHint] = []
-        for mask in masks:
-            preferred = mask.bit_count() == min_affinity
-            if self.options.align_by_socket and self._socket_aligned(mask, min_affinity):
-                preferred = True
-            hints.append(TopologyHint(mask, preferred))
-        return hints
-
-    def _socket_aligned(self, mask: int, min_affinity: int) -> bool:
-        per_socket = self._ix.num_numa_nodes // self.topology.num_sockets
-        if per_socket == 0:
-            return False
-        min_sockets = (min_affinity + per_socket - 1) // per_socket
-        return len(self._ix.sockets_of_numa_mask(mask)) == min_sockets
+        return generate_cpu_hints(
+            self.topology,
+            available,
+            reusable,
+            request,
+            align_by_socket=self.options.align_by_socket,
+        )
 
     def get_topology_hints(self, pod: PodSpec, container: ContainerSpec) -> HintMap:
         """Container-scope hints (``GetTopologyHints``); None means "no preference"."""

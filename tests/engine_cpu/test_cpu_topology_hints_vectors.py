@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 import pytest
 from cpu_pods import container, make_pod
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.cpu_hints import generate_cpu_hints
 from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
 from nri_plrm.engine.types import ContainerKind, PodSpec, TopologyHint
 from nri_plrm.topology.machines import MACHINES
@@ -203,3 +207,53 @@ def _pod(init: list[tuple[str, bool]], apps: list[str]) -> PodSpec:
 def test_pod_guaranteed_cpus(name: str, pod: PodSpec, want: int) -> None:
     manager = CPUManager(MACHINES["returnMachineInfo"], CPUManagerConfig(reserved_cpu_count=0))
     assert manager.pod_guaranteed_cpus(pod) == want
+
+
+def _naive_hints(
+    machine: str, available: CPUSet, reusable: CPUSet, request: int, align: bool
+) -> list[TopologyHint]:
+    """A direct transcription of the kubelet's loop, to check the table-driven version."""
+    topology = MACHINES[machine]
+    ids = sorted({i.numa for i in topology.cpu_info.values()})
+    numa_of = {c: i.numa for c, i in topology.cpu_info.items()}
+    masks: list[tuple[int, ...]] = [
+        combo for k in range(1, len(ids) + 1) for combo in itertools.combinations(ids, k)
+    ]
+    min_affinity = len(ids)
+    hints: list[tuple[int, ...]] = []
+    for combo in masks:
+        if sum(1 for c in topology.cpu_info if numa_of[c] in combo) >= request:
+            min_affinity = min(min_affinity, len(combo))
+        if any(numa_of.get(c, 0) not in combo for c in reusable):
+            continue
+        matching = len(reusable) + sum(1 for c in available if numa_of[c] in combo)
+        if matching >= request:
+            hints.append(combo)
+    per_socket = len(ids) // topology.num_sockets
+    out = []
+    for combo in hints:
+        preferred = len(combo) == min_affinity
+        if align and per_socket:
+            sockets = {i.socket for i in topology.cpu_info.values() if i.numa in combo}
+            if len(sockets) == (min_affinity + per_socket - 1) // per_socket:
+                preferred = True
+        out.append(TopologyHint(sum(1 << n for n in combo), preferred))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    machine=st.sampled_from(["topoDualSocketMultiNumaPerSocketHT", "topoDualSocketHT"]),
+    available=st.sets(st.integers(0, 79)),
+    reusable=st.sets(st.integers(0, 79), max_size=4),
+    request=st.integers(1, 80),
+    align=st.booleans(),
+)
+def test_generated_hints_equal_the_kubelet_loop(
+    machine: str, available: set[int], reusable: set[int], request: int, align: bool
+) -> None:
+    topology = MACHINES[machine]
+    avail = CPUSet(available) & topology.all_cpus
+    reuse = CPUSet(reusable) & topology.all_cpus
+    got = generate_cpu_hints(topology, avail, reuse, request, align_by_socket=align)
+    assert got == _naive_hints(machine, avail, reuse, request, align)
