@@ -88,6 +88,8 @@ class Channel(asyncio.BufferedProtocol):
 
     def data_received(self, data: bytes) -> None:
         """Process bytes read from the trunk (dispatch requests, resolve calls)."""
+        if self.close_reason is not None:
+            return
         try:
             messages = self._decoder.feed(data)
         except ProtocolError as exc:
