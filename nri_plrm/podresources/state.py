@@ -76,14 +76,7 @@ def from_checkpoint(directory: str, topology: Topology, config: Config) -> dict[
     from nri_plrm.engine.engine import Engine
     from nri_plrm.plugin import Plugin
 
-    engine_config = config.engine_config()
-
-    def restore(snapshot: Any) -> Engine:
-        if not snapshot:
-            return Engine(topology, engine_config)
-        return Engine.restore(topology, engine_config, snapshot)
-
-    plugin = Plugin(Engine(topology, engine_config), restore_engine=restore)
+    plugin = Plugin(Engine(topology, config.engine_config()))
     try:
         plugin.load_state(data)
     except (KeyError, TypeError, ValueError) as exc:
