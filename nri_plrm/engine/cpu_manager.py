@@ -841,8 +841,8 @@ class CPUManager:
                 f'not all reserved cpus: "{self._reserved}" are present in defaultCpuSet: '
                 f'"{default}"'
             )
-        for uid, names in entries.items():
-            for name, cpus in names.items():
+        for uid, names in sorted(entries.items()):
+            for name, cpus in sorted(names.items()):
                 if cpus & default:
                     raise CPUStateError(
                         f'pod: {uid}, container: {name} cpuset: "{cpus}" overlaps with default '
