@@ -193,6 +193,14 @@ class PodIntent:
     mode: PodMode
 
     @property
+    def aggregate(self) -> dict[str, int] | None:
+        """For a Guaranteed CLASSIC pod, the containers' aggregate requests (for the pod-scope
+        alignment the kubelet does on them); None otherwise."""
+        if self.mode is PodMode.CLASSIC and self.qos is QOSClass.GUARANTEED:
+            return self.budget.requests_and_limits()[0]
+        return None
+
+    @property
     def budget_cpus(self) -> int:
         """Whole CPUs of the budget (0 unless BUDGET)."""
         return self.budget.integral_cpus if self.mode is PodMode.BUDGET else 0

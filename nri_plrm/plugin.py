@@ -15,21 +15,21 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, cast
 
 from nri_plrm.checkpoint.kubelet import (
-    CPUManagerView,
-    MemoryManagerView,
     cpu_state_from_manager,
     memory_state_from_manager,
     write_kubelet_state,
 )
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.engine import Engine
 from nri_plrm.engine.types import (
     AdmissionError,
     AssignmentType,
     ContainerAssignment,
+    ContainerSpec,
     MemoryBlock,
     PodSpec,
 )
@@ -55,40 +55,11 @@ CHECKPOINT_LAYOUT = 1
 
 Changes = Mapping[tuple[str, str], ContainerAssignment]
 """Other containers whose assignment changed, by (pod uid, container name)."""
-
 EXPORT_DELAY = 0.05
 """Seconds after a change before the kubelet-format files are rewritten (coalesces bursts)."""
 
 UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
 """Sends an unsolicited ``UpdateContainers`` (the stub's ``update_containers``)."""
-
-
-class AllocationEngine(Protocol):
-    """What the plugin needs of ``nri_plrm.engine.engine.Engine``."""
-
-    @property
-    def cpu_manager(self) -> CPUManagerView: ...
-    @property
-    def memory_manager(self) -> MemoryManagerView: ...
-
-    def admit_pod(self, pod: PodSpec) -> Mapping[str, ContainerAssignment]: ...
-    def admit_sandbox(self, pod: PodSpec) -> Any: ...
-    def add_container(
-        self, pod: PodSpec, container: Any
-    ) -> tuple[ContainerAssignment, Changes]: ...
-    def stop_container(self, pod_uid: str, name: str) -> Changes: ...
-    def remove_container(self, pod_uid: str, name: str) -> Changes: ...
-    def remove_pod(self, pod_uid: str) -> Changes: ...
-    def assignment(self, pod_uid: str, name: str) -> ContainerAssignment | None: ...
-    def node_shared_pool(self) -> CPUSet: ...
-    def pod_cpus(self, pod_uid: str) -> CPUSet | None: ...
-    def pod_memory(self, pod_uid: str) -> Sequence[MemoryBlock]: ...
-    def allocatable(self) -> Any: ...
-    def snapshot(self) -> dict[str, Any]: ...
-
-
-EngineRestorer = Callable[[Mapping[str, Any]], AllocationEngine]
-"""Builds an engine from a snapshot (``Engine.restore`` bound to topology and config)."""
 
 
 @dataclass
@@ -114,21 +85,20 @@ class Plugin:
     """NRI handlers deciding CPU and memory placement through the allocation engine.
 
     ``engine`` makes the decisions; ``store`` (optional) persists them; ``pod_specs`` (optional)
-    gives full pod specs for the kubelet-exact whole-pod mode; ``metrics`` (optional) is
-    ``nri_plrm.metrics.Metrics``; ``restore_engine`` rebuilds an engine from a snapshot (needed
-    to roll a decision back when its checkpoint write fails, and to restore at start-up).
+    gives full pod specs for the kubelet-exact whole-pod mode; ``metrics`` (optional) counts
+    them; ``kubelet_state_path`` (optional) is a directory where the node state is exported in
+    the kubelet's ``cpu_manager_state``/``memory_manager_state`` formats after every change.
     """
 
     def __init__(
         self,
-        engine: AllocationEngine,
+        engine: Engine,
         *,
         store: CheckpointStore | None = None,
         pod_specs: PodSpecSource | None = None,
         metrics: Metrics | None = None,
         logger: logging.Logger | None = None,
         kubelet_state_path: str | None = None,
-        restore_engine: EngineRestorer | None = None,
         lookup_timeout: float = 0.5,
     ) -> None:
         self.engine = engine
@@ -137,7 +107,6 @@ class Plugin:
         self.metrics = metrics
         self.log = logger or logging.getLogger("nri_plrm.plugin")
         self.kubelet_state_path = kubelet_state_path
-        self.restore_engine = restore_engine
         self.lookup_timeout = lookup_timeout
         self.runtime = ("", "")
         self._pods: dict[str, _Pod] = {}
@@ -147,10 +116,11 @@ class Plugin:
         self._pending: set[tuple[str, str]] = set()
         self._flush_task: asyncio.Task[None] | None = None
         self._touched: set[str] = set()
+        self._node_shared: set[tuple[str, str]] = set()
+        self._carry: dict[tuple[str, str], ContainerAssignment] = {}
         self._export_handle: asyncio.TimerHandle | None = None
         self._views: dict[str, PodView] = {}
         self._view: tuple[PodView, ...] = ()
-        self._allocatable: tuple[CPUSet, tuple[MemoryBlock, ...]] = (CPUSet(), ())
 
     # ----------------------------------------------------------------- wiring and state
 
@@ -176,10 +146,9 @@ class Plugin:
         }
 
     def load_state(self, data: Mapping[str, Any]) -> None:
-        """Adopt checkpoint ``data`` (engine through ``restore_engine``; unknown keys ignored)."""
-        if self.restore_engine is None:
-            raise ValueError("load_state: the plugin was built without restore_engine")
-        self.engine = self.restore_engine(data["engine"])
+        """Adopt checkpoint ``data`` (unknown keys ignored); raises ValueError/KeyError/TypeError
+        when it cannot be used on this machine and configuration."""
+        self.engine = Engine.restore(self.engine.topology, self.engine.config, data["engine"])
         pods: dict[str, _Pod] = {}
         ids: dict[str, tuple[str, str]] = {}
         for uid, entry in data.get("plugin", {}).get("pods", {}).items():
@@ -198,6 +167,9 @@ class Plugin:
         self._ids = ids
         self._saved = dict(data)
         self._touched.clear()
+        self._node_shared = set()
+        for cid_key in ids.values():
+            self._track(cid_key, self.engine.assignment(*cid_key))
         self._refresh()
 
     def restore(self) -> str | None:
@@ -261,7 +233,9 @@ class Plugin:
             write_kubelet_state(
                 self.kubelet_state_path,
                 cpu_state_from_manager(self.engine.cpu_manager),
-                memory_state_from_manager(self.engine.memory_manager),
+                # The exporter's protocol declares machine_state as a plain attribute, which
+                # mypy treats as invariant against the manager's dict.
+                memory_state_from_manager(cast(Any, self.engine.memory_manager)),
             )
         except (OSError, ValueError) as exc:
             self.log.warning("kubelet-format export to %s failed: %s", self.kubelet_state_path, exc)
@@ -300,13 +274,13 @@ class Plugin:
         self._saved = data
 
     def _rollback(self) -> None:
-        if self._saved is not None and self.restore_engine is not None:
+        if self._saved is not None:
             self.load_state(self._saved)
-        elif self.restore_engine is not None:
-            self.engine = self.restore_engine({})
-            self._pods.clear()
-            self._ids.clear()
-            self._refresh()
+            return
+        self.engine = Engine(self.engine.topology, self.engine.config)
+        self._pods.clear()
+        self._ids.clear()
+        self._refresh()
 
     # ----------------------------------------------------------------- views
 
@@ -317,11 +291,11 @@ class Plugin:
 
     def allocatable_cpus(self) -> CPUSet:
         """CPUs the plugin may hand out: online CPUs minus the reserved ones."""
-        return self._allocatable[0]
+        return self.engine.allocatable().cpus
 
     def allocatable_memory(self) -> Sequence[MemoryBlock]:
         """Allocatable bytes per NUMA node and memory type."""
-        return self._allocatable[1]
+        return self.engine.allocatable().memory
 
     def _refresh(self, uids: Iterable[str] | None = None) -> None:
         """Rebuild the views of ``uids`` (all pods when None) and publish a new snapshot."""
@@ -376,11 +350,12 @@ class Plugin:
         except IntentError as exc:
             raise NRIError(f"pod {namespace}/{name}: {exc}") from exc
         record = _Pod(intent=intent, sandbox_id=pod.id, spec=spec)
+        before = self.engine.node_shared_pool()
         try:
             if spec is not None:
                 self.engine.admit_pod(spec)
             else:
-                self.engine.admit_sandbox(intent.spec)
+                self.engine.admit_sandbox(intent.spec, intent.aggregate)
         except AdmissionError as err:
             if self.metrics is not None:
                 self.metrics.plugin_admission_rejected(err.reason)
@@ -388,7 +363,9 @@ class Plugin:
             raise NRIError(f"{err.reason}: {err.message}") from err
         self._pods[uid] = record
         self._touched.add(uid)
+        carry = self._with_node_pool(before, {})
         self._save()
+        self._carry.update(carry)
         if self.metrics is not None:
             self.metrics.plugin_admitted()
         cpus = self.engine.pod_cpus(uid)
@@ -416,8 +393,12 @@ class Plugin:
         self._save()
         adjust = api.ContainerAdjustment()
         _fill_resources(adjust.linux.resources, assignment)
-        updates = self._updates(changes, exclude=container.id)
-        return adjust, updates
+        carried, self._carry = self._carry, {}
+        for key in carried:
+            current = self.engine.assignment(*key)
+            if key not in changes and current is not None:
+                changes[key] = current
+        return adjust, self._updates(changes, exclude=container.id)
 
     def update_container(
         self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
@@ -438,9 +419,9 @@ class Plugin:
         key = self._ids.get(container.id)
         if key is None:
             return []
-        changes = self.engine.stop_container(*key)
+        before = self.engine.node_shared_pool()
+        changes = self._with_node_pool(before, self.engine.stop_container(*key))
         self._touched.add(key[0])
-        self._touched.update(u for u, _ in changes)
         self._save_release()
         return self._updates(changes, exclude=container.id)
 
@@ -453,9 +434,10 @@ class Plugin:
         record = self._pods.get(uid)
         if record is not None and record.containers.get(name) == container.id:
             del record.containers[name]
-        changes = self.engine.remove_container(uid, name)
+        self._node_shared.discard(key)
+        before = self.engine.node_shared_pool()
+        changes = self._with_node_pool(before, self.engine.remove_container(uid, name))
         self._touched.add(uid)
-        self._touched.update(u for u, _ in changes)
         self._save_release()
         self._schedule(changes)
 
@@ -465,11 +447,12 @@ class Plugin:
         record = self._pods.pop(uid, None)
         if record is None:
             return
-        for cid in record.containers.values():
+        for name, cid in record.containers.items():
             self._ids.pop(cid, None)
-        changes = self.engine.remove_pod(uid)
+            self._node_shared.discard((uid, name))
+        before = self.engine.node_shared_pool()
+        changes = self._with_node_pool(before, self.engine.remove_pod(uid))
         self._touched.add(uid)
-        self._touched.update(u for u, _ in changes)
         self._save_release()
         self.log.info(
             "pod=%s uid=%s released",
@@ -534,7 +517,9 @@ class Plugin:
             return None
         return await source.lookup(uid, namespace, name, self.lookup_timeout)
 
-    def _place(self, record: _Pod, container: api.Container) -> tuple[ContainerAssignment, Changes]:
+    def _place(
+        self, record: _Pod, container: api.Container
+    ) -> tuple[ContainerAssignment, dict[tuple[str, str], ContainerAssignment]]:
         uid = record.uid
         name = container.name
         previous = record.containers.get(name)
@@ -542,18 +527,14 @@ class Plugin:
             self._ids.pop(previous, None)
         record.containers[name] = container.id
         self._ids[container.id] = (uid, name)
+        before = self.engine.node_shared_pool()
         try:
-            if record.spec is not None and record.spec.container(name) is not None:
-                assignment = self.engine.assignment(uid, name)
-                if assignment is None:
-                    assignment, changes = self.engine.add_container(
-                        record.spec, record.spec.container(name)
-                    )
-                else:
-                    changes = {}
+            if record.spec is not None:
+                spec = record.spec.container(name) or ContainerSpec(name)
+                assignment, found = self.engine.add_container(record.spec, spec)
             else:
                 cspec = container_spec(record.intent, container)
-                assignment, changes = self.engine.add_container(record.intent.spec, cspec)
+                assignment, found = self.engine.add_container(record.intent.spec, cspec)
         except (AdmissionError, IntentError) as err:
             del record.containers[name]
             self._ids.pop(container.id, None)
@@ -562,8 +543,9 @@ class Plugin:
                 self.metrics.plugin_allocation_error(reason)
             self._decision_log(record, name, None, f"rejected {reason}: {err}")
             raise NRIError(f"pod {record.label()} container {name}: {reason}: {err}") from err
+        self._track((uid, name), assignment)
+        changes = self._with_node_pool(before, found)
         self._touched.add(uid)
-        self._touched.update(u for u, _ in changes)
         if self.metrics is not None:
             self.metrics.plugin_assignment(assignment.assignment.value, assignment)
         self._decision_log(record, name, assignment, _reason(assignment))
@@ -591,6 +573,28 @@ class Plugin:
             return
         if self.metrics is not None:
             self.metrics.plugin_adopted()
+
+    def _with_node_pool(
+        self, before: CPUSet, changes: Changes
+    ) -> dict[tuple[str, str], ContainerAssignment]:
+        """``changes`` plus every node-shared container when the node shared pool moved.
+
+        The engine reports node-shared containers of other pods; the plugin also needs those of
+        the same pod and the shrink caused by a budget reserved at ``RunPodSandbox``.
+        """
+        out = dict(changes)
+        if self.engine.node_shared_pool() != before:
+            for key in self._node_shared:
+                if key not in out and (assignment := self.engine.assignment(*key)) is not None:
+                    out[key] = assignment
+        self._touched.update(u for u, _ in out)
+        return out
+
+    def _track(self, key: tuple[str, str], assignment: ContainerAssignment | None) -> None:
+        if assignment is not None and assignment.assignment is AssignmentType.NODE_SHARED:
+            self._node_shared.add(key)
+        else:
+            self._node_shared.discard(key)
 
     def _updates(self, changes: Changes, *, exclude: str) -> list[api.ContainerUpdate]:
         updates = []

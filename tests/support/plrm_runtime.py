@@ -78,6 +78,7 @@ class FakeRuntime:
         resp = await self.sim.create_container(pod, msg)  # type: ignore[attr-defined]
         assert resp is not None
         rc = RuntimeContainer(msg, created_at=self._clock)
+        _apply(rc.applied, msg.linux.resources)
         if resp.HasField("adjust") and resp.adjust.HasField("linux"):
             _apply(rc.applied, resp.adjust.linux.resources)
         self.containers[cid] = rc

@@ -1,0 +1,203 @@
+"""``nri-plrm run``: topology, engine, checkpoint, metrics, PodResources and the NRI stub, wired.
+
+Start-up order: logging, topology discovery, the kubelet-conflict check, engine, checkpoint
+restore, metrics HTTP server, PodResources server, NRI stub. ``SIGTERM``/``SIGINT`` stop cleanly;
+``SIGHUP`` re-reads the configuration file and applies ``[log]`` changes live (every other
+change is logged as needing a restart). ``on_ready`` is called each time the plugin is
+registered and synchronized with the runtime (systemd ``READY=1`` by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nri_plrm import sdnotify
+from nri_plrm.checkpoint.kubelet import check_kubelet_cpu_manager
+from nri_plrm.checkpoint.store import CheckpointStore
+from nri_plrm.config import Config, ConfigError, diff_configs, load_config, validate_for_topology
+from nri_plrm.engine.engine import Engine
+from nri_plrm.metrics import Metrics, MetricsServer
+from nri_plrm.nri.stub import Stub
+from nri_plrm.plugin import Plugin
+from nri_plrm.podresources.server import PodResourcesServer
+from nri_plrm.topology.model import Topology
+from nri_plrm.topology.sysfs import discover
+
+log = logging.getLogger("nri_plrm.daemon")
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and the record's ``plrm`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "plrm", None)
+        if isinstance(fields, dict):
+            doc.update(fields)
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    """Configure the root logger: ``text`` (journald-friendly, no timestamp) or ``json``."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JSONFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+def build_plugin(config: Config, topology: Topology, metrics: Metrics | None = None) -> Plugin:
+    """The engine, checkpoint store and plugin for ``config`` on ``topology``, restored."""
+    plugin = Plugin(
+        Engine(topology, config.engine_config()),
+        store=CheckpointStore(config.state.dir),
+        metrics=metrics,
+        kubelet_state_path=config.state.kubelet_state_dir or None,
+        lookup_timeout=config.kubernetes.lookup_timeout,
+    )
+    plugin.restore()
+    return plugin
+
+
+async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> int:
+    """Run the plugin until SIGTERM/SIGINT; returns the process exit code."""
+    setup_logging(config.log.level, config.log.format)
+    try:
+        topology = discover(config.topology.sysfs_root)
+        validate_for_topology(config, topology)
+        check_kubelet_cpu_manager(config.state.kubelet_cpu_manager_state)
+    except ConfigError as exc:
+        for line in exc.errors:
+            log.error("configuration: %s", line)
+        return EXIT_CONFIG
+    except (ValueError, OSError) as exc:
+        log.error("not starting: %s", exc)
+        return EXIT_FAILURE
+
+    metrics = Metrics(request_timeout=config.nri.request_timeout)
+    plugin = build_plugin(config, topology, metrics)
+    metrics.attach_view(plugin, topology)
+    stub = Stub(
+        plugin,
+        name=config.nri.plugin_name,
+        index=config.nri.plugin_index,
+        socket_path=config.nri.socket,
+        registration_timeout=config.nri.registration_timeout,
+        request_timeout=config.nri.request_timeout,
+        reconnect=config.nri.reconnect,
+        observer=metrics,
+    )
+    plugin.attach(stub.update_containers)
+
+    http: MetricsServer | None = None
+    podresources: PodResourcesServer | None = None
+    try:
+        if config.metrics.address:
+            http = MetricsServer(metrics, config.metrics.address)
+            http.start()
+        if config.pod_resources.enabled:
+            podresources = PodResourcesServer.from_settings(
+                plugin, config.pod_resources, metrics.observe_podresources
+            )
+            podresources.start()
+    except (OSError, ValueError) as exc:
+        log.error("not starting: %s", exc)
+        if http is not None:
+            http.stop()
+        return EXIT_FAILURE
+
+    ready_hook = on_ready or (lambda: sdnotify.ready("registered and synchronized"))
+    loop = asyncio.get_running_loop()
+    state = {"config": config}
+
+    def reload() -> None:
+        source = state["config"].source
+        try:
+            new = load_config(source)
+        except (ConfigError, OSError) as exc:
+            log.error("SIGHUP: keeping the running configuration, %s is invalid: %s", source, exc)
+            return
+        changes = diff_configs(state["config"], new)
+        if changes.live:
+            setup_logging(new.log.level, new.log.format)
+            log.info("SIGHUP: applied %s", ", ".join(changes.live))
+        if changes.restart:
+            log.warning("SIGHUP: %s change(s) need a restart", ", ".join(changes.restart))
+        state["config"] = new
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, lambda: loop.create_task(stub.stop()))
+    loop.add_signal_handler(signal.SIGHUP, reload)
+
+    async def announce() -> None:
+        while True:
+            await stub.ready.wait()
+            log.info("registered and synchronized with %s %s", *plugin.runtime)
+            metrics.set_synchronized()
+            ready_hook()
+            while stub.ready.is_set():
+                await asyncio.sleep(0.2)
+
+    announcer = loop.create_task(announce())
+    try:
+        await stub.run()
+    finally:
+        announcer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await announcer
+        sdnotify.stopping()
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
+        if podresources is not None:
+            podresources.stop()
+        if http is not None:
+            http.stop()
+    log.info("stopped")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nri_plrm.daemon --config FILE``: the daemon without the CLI around it."""
+    parser = argparse.ArgumentParser(prog="nri_plrm.daemon", description=__doc__)
+    parser.add_argument("--config", required=True, help="TOML configuration file")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        for line in exc.errors:
+            print(f"{args.config}: {line}", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as exc:
+        print(f"{args.config}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    os.umask(0o077)
+    return asyncio.run(run(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
