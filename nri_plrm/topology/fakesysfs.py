@@ -7,9 +7,11 @@ their threads, a NUMA node whose CPUs all share one ``l3`` has it equal to their
 machine qualifies. Used by tests, benchmarks and ``simulate --sysfs``.
 
 Layout written under ``root``: ``devices/system/cpu/{online,possible,present}``, per CPU
-``cpuN/online`` and ``cpuN/topology/{core_id,physical_package_id,die_id,thread_siblings_list,
-core_cpus_list}`` and ``cpuN/cache/index0..3`` (L1d, L1i, L2 per core; the L3 shared by the
-CPUs with the same ``l3`` in the same NUMA node, ``id`` = ``l3``); ``devices/system/node/online``
+``cpuN/online``, ``cpuN/topology/{core_id,physical_package_id,die_id,thread_siblings_list}``
+and ``cpuN/cache/index3/{level,type,id,shared_cpu_list}`` (only the L3, the one cache discovery
+reads: shared by the CPUs with the same ``l3`` in the same NUMA node, ``id`` = ``l3``; the L1
+and L2 caches are left out to keep trees of 1,024 CPUs quick to write);
+``devices/system/node/online``
 and per node ``cpulist``, ``distance``, ``meminfo`` and ``hugepages/hugepages-<kB>kB/
 nr_hugepages``; ``meminfo`` with the machine's ``MemTotal`` under the proc root. With
 ``numa=False`` the ``node`` directory is left out (a machine without NUMA information) and
@@ -24,8 +26,6 @@ from nri_plrm.cpuset import CPUSet
 from nri_plrm.quantity import memory_bytes
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.sysfs import default_proc_root
-
-_L1_L2 = (("1", "Data"), ("1", "Instruction"), ("2", "Unified"))
 
 
 def _write(path: str, text: str) -> None:
@@ -95,15 +95,11 @@ def write_sysfs(
         _write(os.path.join(topo, "physical_package_id"), str(info.socket))
         _write(os.path.join(topo, "die_id"), str(info.die))
         _write(os.path.join(topo, "thread_siblings_list"), siblings)
-        _write(os.path.join(topo, "core_cpus_list"), siblings)
-        caches = [(level, kind, siblings, str(info.core)) for level, kind in _L1_L2]
-        caches.append(("3", "Unified", l3_shared, str(info.l3)))
-        for index, (level, kind, shared, cache_id) in enumerate(caches):
-            cache = os.path.join(base, "cache", f"index{index}")
-            _write(os.path.join(cache, "level"), level)
-            _write(os.path.join(cache, "type"), kind)
-            _write(os.path.join(cache, "id"), cache_id)
-            _write(os.path.join(cache, "shared_cpu_list"), shared)
+        cache = os.path.join(base, "cache", "index3")
+        _write(os.path.join(cache, "level"), "3")
+        _write(os.path.join(cache, "type"), "Unified")
+        _write(os.path.join(cache, "id"), str(info.l3))
+        _write(os.path.join(cache, "shared_cpu_list"), l3_shared)
     sized = [
         node.memory["memory"] for node in topology.numa_nodes.values() if "memory" in node.memory
     ]

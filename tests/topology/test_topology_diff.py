@@ -46,11 +46,11 @@ def test_cpus_nodes_and_memory() -> None:
     assert diff(new, old).numa_removed == (2,)
 
 
-def test_rediscover_after_cpus_went_offline(tmp_path: Path) -> None:
+def test_rediscover_after_cpus_went_offline(sysfs_root: Path) -> None:
     current = MACHINES["default"]
-    write_sysfs(current, str(tmp_path))
-    (tmp_path / "devices/system/cpu/online").write_text("0-3,8-63\n")
-    fresh, result = rediscover(current, str(tmp_path))
+    write_sysfs(current, str(sysfs_root))
+    (sysfs_root / "devices/system/cpu/online").write_text("0-3,8-63\n")
+    fresh, result = rediscover(current, str(sysfs_root))
     assert result.cpus_offline == CPUSet.parse("4-7")
     assert not result.cpus_online
     # The siblings keep running but their core id is now their own (lowest online thread).

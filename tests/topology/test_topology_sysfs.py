@@ -29,6 +29,7 @@ from nri_plrm.topology.sysfs import (
 )
 
 GI = 1 << 30
+FAST_TMP = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 CPU = "devices/system/cpu"
 NODE = "devices/system/node"
 
@@ -43,7 +44,7 @@ def same(a: Topology, b: Topology) -> bool:
     return cpu_table(a) == cpu_table(b)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sockets=st.integers(1, 3),
     numa=st.integers(1, 3),
@@ -71,20 +72,20 @@ def test_fake_sysfs_round_trips_synthetic_machines(
     if pages_1gi is not None:
         spec += f",hugepages_1Gi_per_numa={pages_1gi}"
     topology = synthetic_topology(spec)
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory(dir=FAST_TMP) as root:
         write_sysfs(topology, root)
         assert same(discover(root), topology)
 
 
 @pytest.mark.parametrize("name", ["default", "synthetic1024"])
-def test_round_trip_named_machines(tmp_path: Path, name: str) -> None:
-    write_sysfs(MACHINES[name], str(tmp_path))
-    found = discover(str(tmp_path))
+def test_round_trip_named_machines(sysfs_root: Path, name: str) -> None:
+    write_sysfs(MACHINES[name], str(sysfs_root))
+    found = discover(str(sysfs_root))
     assert same(found, MACHINES[name])
     assert found.num_cpus == MACHINES[name].num_cpus
 
 
-def test_round_trip_table_with_uncore_caches_memory_only_node_and_dies(tmp_path: Path) -> None:
+def test_round_trip_table_with_uncore_caches_memory_only_node_and_dies(sysfs_root: Path) -> None:
     rows = [
         {"cpu": c, "core": c % 8, "socket": 0, "numa": 0, "l3": 10 + (c % 8) // 4, "die": 0}
         for c in range(16)
@@ -97,17 +98,17 @@ def test_round_trip_table_with_uncore_caches_memory_only_node_and_dies(tmp_path:
             "distances": {"0": [10, 12, 32], "1": [12, 10, 32], "2": [32, 32, 10]},
         }
     )
-    write_sysfs(topology, str(tmp_path))
-    found = discover(str(tmp_path))
+    write_sysfs(topology, str(sysfs_root))
+    found = discover(str(sysfs_root))
     assert same(found, topology)
     assert found.cpu_info[5].l3 == 11 and found.cpu_info[17].l3 == 1
     assert found.numa_nodes[2].cpus == CPUSet() and found.memory_of(2, "memory") == 8 * GI
 
 
-def test_machine_without_numa_information(tmp_path: Path) -> None:
+def test_machine_without_numa_information(sysfs_root: Path) -> None:
     topology = synthetic_topology("hugepages_2Mi_per_numa=4")
-    write_sysfs(topology, str(tmp_path), numa=False)
-    found = discover(str(tmp_path))
+    write_sysfs(topology, str(sysfs_root), numa=False)
+    found = discover(str(sysfs_root))
     assert found.numa_ids == (0,)
     assert found.numa_nodes[0].cpus == CPUSet.parse("0-63")
     assert found.memory_of(0, "memory") == 64 * GI
@@ -115,12 +116,12 @@ def test_machine_without_numa_information(tmp_path: Path) -> None:
     assert found.num_cores == 32 and found.num_sockets == 2
 
 
-def test_proc_root_is_configurable(tmp_path: Path) -> None:
-    write_sysfs(MACHINES["default"], str(tmp_path / "sys"), numa=False)
-    assert (tmp_path / "proc" / "meminfo").exists()
-    shutil.move(str(tmp_path / "proc"), str(tmp_path / "elsewhere"))
-    assert discover(str(tmp_path / "sys")).memory_of(0, "memory") == 0
-    found = discover(str(tmp_path / "sys"), proc_root=str(tmp_path / "elsewhere"))
+def test_proc_root_is_configurable(sysfs_root: Path) -> None:
+    write_sysfs(MACHINES["default"], str(sysfs_root / "sys"), numa=False)
+    assert (sysfs_root / "proc" / "meminfo").exists()
+    shutil.move(str(sysfs_root / "proc"), str(sysfs_root / "elsewhere"))
+    assert discover(str(sysfs_root / "sys")).memory_of(0, "memory") == 0
+    found = discover(str(sysfs_root / "sys"), proc_root=str(sysfs_root / "elsewhere"))
     assert found.memory_of(0, "memory") == 64 * GI
 
 
@@ -132,61 +133,61 @@ def test_default_proc_root(root: str, proc: str) -> None:
     assert default_proc_root(root) == proc
 
 
-def test_bare_vm_tree_degrades_to_one_core_per_cpu(tmp_path: Path) -> None:
-    put(tmp_path, f"{CPU}/online", "0-3")
-    found = discover(str(tmp_path))
+def test_bare_vm_tree_degrades_to_one_core_per_cpu(sysfs_root: Path) -> None:
+    put(sysfs_root, f"{CPU}/online", "0-3")
+    found = discover(str(sysfs_root))
     assert found.num_cpus == 4 and found.num_cores == 4 and found.num_sockets == 1
     assert found.numa_ids == (0,) and found.numa_nodes[0].memory == {}
     assert all(i.l3 == 0 and i.core == i.cpu for i in found.cpu_info.values())
 
 
-def test_online_from_cpu_directories_when_the_online_file_is_missing(tmp_path: Path) -> None:
+def test_online_from_cpu_directories_when_the_online_file_is_missing(sysfs_root: Path) -> None:
     for cpu in range(4):
-        (tmp_path / CPU / f"cpu{cpu}").mkdir(parents=True)
-    put(tmp_path, f"{CPU}/cpu2/online", "0")
-    put(tmp_path, f"{CPU}/cpu3/online", "1")
-    (tmp_path / CPU / "cpufreq").mkdir()
-    assert discover(str(tmp_path)).all_cpus == CPUSet([0, 1, 3])
-    assert online_cpus(str(tmp_path)) == CPUSet([0, 1, 3])
+        (sysfs_root / CPU / f"cpu{cpu}").mkdir(parents=True)
+    put(sysfs_root, f"{CPU}/cpu2/online", "0")
+    put(sysfs_root, f"{CPU}/cpu3/online", "1")
+    (sysfs_root / CPU / "cpufreq").mkdir()
+    assert discover(str(sysfs_root)).all_cpus == CPUSet([0, 1, 3])
+    assert online_cpus(str(sysfs_root)) == CPUSet([0, 1, 3])
 
 
-def test_no_online_cpu_is_an_error(tmp_path: Path) -> None:
+def test_no_online_cpu_is_an_error(sysfs_root: Path) -> None:
     with pytest.raises(TopologyError, match="no online cpus found"):
-        discover(str(tmp_path))
+        discover(str(sysfs_root))
 
 
-def test_offline_cpus_are_excluded_and_core_ids_follow_the_online_threads(tmp_path: Path) -> None:
-    write_sysfs(MACHINES["default"], str(tmp_path))
-    put(tmp_path, f"{CPU}/online", "0,2-32,34-63")
-    found = discover(str(tmp_path))
+def test_offline_cpus_are_excluded_and_core_ids_follow_the_online_threads(sysfs_root: Path) -> None:
+    write_sysfs(MACHINES["default"], str(sysfs_root))
+    put(sysfs_root, f"{CPU}/online", "0,2-32,34-63")
+    found = discover(str(sysfs_root))
     assert 1 not in found.cpu_info and 33 not in found.cpu_info
     assert found.cpu_info[32].core == 0
     assert found.numa_nodes[0].cpus == CPUSet.parse("0,2-7,32,34-39")
-    put(tmp_path, f"{CPU}/online", "0-32,34-63")
-    put(tmp_path, f"{CPU}/online", "0,2-63")
-    assert discover(str(tmp_path)).cpu_info[33].core == 33
+    put(sysfs_root, f"{CPU}/online", "0-32,34-63")
+    put(sysfs_root, f"{CPU}/online", "0,2-63")
+    assert discover(str(sysfs_root)).cpu_info[33].core == 33
 
 
-def test_unknown_package_and_siblings_fallback(tmp_path: Path) -> None:
-    put(tmp_path, f"{CPU}/online", "0-3")
+def test_unknown_package_and_siblings_fallback(sysfs_root: Path) -> None:
+    put(sysfs_root, f"{CPU}/online", "0-3")
     for cpu in range(4):
-        put(tmp_path, f"{CPU}/cpu{cpu}/topology/physical_package_id", "-1")
+        put(sysfs_root, f"{CPU}/cpu{cpu}/topology/physical_package_id", "-1")
         put(
-            tmp_path,
+            sysfs_root,
             f"{CPU}/cpu{cpu}/topology/thread_siblings_list",
             "0,2" if cpu % 2 == 0 else "1,3",
         )
-    found = discover(str(tmp_path))
+    found = discover(str(sysfs_root))
     assert found.num_sockets == 1 and found.num_cores == 2
     assert [found.cpu_info[c].core for c in range(4)] == [0, 1, 0, 1]
 
 
-def test_cores_group_by_package_and_core_id_within_a_node(tmp_path: Path) -> None:
-    put(tmp_path, f"{CPU}/online", "0-3")
+def test_cores_group_by_package_and_core_id_within_a_node(sysfs_root: Path) -> None:
+    put(sysfs_root, f"{CPU}/online", "0-3")
     for cpu, (package, core) in enumerate([(0, 0), (1, 0), (0, 0), (1, 0)]):
-        put(tmp_path, f"{CPU}/cpu{cpu}/topology/physical_package_id", str(package))
-        put(tmp_path, f"{CPU}/cpu{cpu}/topology/core_id", str(core))
-    found = discover(str(tmp_path))
+        put(sysfs_root, f"{CPU}/cpu{cpu}/topology/physical_package_id", str(package))
+        put(sysfs_root, f"{CPU}/cpu{cpu}/topology/core_id", str(core))
+    found = discover(str(sysfs_root))
     assert [found.cpu_info[c].core for c in range(4)] == [0, 1, 0, 1]
     assert [found.cpu_info[c].l3 for c in range(4)] == [0, 1, 0, 1]
 
@@ -199,44 +200,44 @@ def write_l3(root: Path, cpu: int, index: int, shared: str, cache_id: str | None
         put(root, f"{base}/id", cache_id)
 
 
-def test_uncore_cache_ids(tmp_path: Path) -> None:
-    put(tmp_path, f"{CPU}/online", "0-5")
+def test_uncore_cache_ids(sysfs_root: Path) -> None:
+    put(sysfs_root, f"{CPU}/online", "0-5")
     for cpu in range(6):
-        put(tmp_path, f"{CPU}/cpu{cpu}/topology/core_id", str(cpu))
-        put(tmp_path, f"{CPU}/cpu{cpu}/topology/physical_package_id", "0")
-        put(tmp_path, f"{CPU}/cpu{cpu}/cache/index0/level", "2")
-        put(tmp_path, f"{CPU}/cpu{cpu}/cache/index0/shared_cpu_list", str(cpu))
+        put(sysfs_root, f"{CPU}/cpu{cpu}/topology/core_id", str(cpu))
+        put(sysfs_root, f"{CPU}/cpu{cpu}/topology/physical_package_id", "0")
+        put(sysfs_root, f"{CPU}/cpu{cpu}/cache/index0/level", "2")
+        put(sysfs_root, f"{CPU}/cpu{cpu}/cache/index0/shared_cpu_list", str(cpu))
     for cpu in (0, 1):
-        write_l3(tmp_path, cpu, 3, "0-1", "7")
+        write_l3(sysfs_root, cpu, 3, "0-1", "7")
     for cpu in (2, 3):
-        write_l3(tmp_path, cpu, 3, "2-3", None)
-    write_l3(tmp_path, 4, 3, "0-5", "9")
-    found = discover(str(tmp_path))
+        write_l3(sysfs_root, cpu, 3, "2-3", None)
+    write_l3(sysfs_root, 4, 3, "0-5", "9")
+    found = discover(str(sysfs_root))
     assert [found.cpu_info[c].l3 for c in range(6)] == [7, 7, 2, 2, 0, 0]
 
 
-def test_garbage_uncore_cache_id(tmp_path: Path) -> None:
-    put(tmp_path, f"{CPU}/online", "0-1")
-    write_l3(tmp_path, 0, 3, "0", "")
+def test_garbage_uncore_cache_id(sysfs_root: Path) -> None:
+    put(sysfs_root, f"{CPU}/online", "0-1")
+    write_l3(sysfs_root, 0, 3, "0", "")
     with pytest.raises(TopologyError, match=r"index3/id: '' is not an id"):
-        discover(str(tmp_path))
+        discover(str(sysfs_root))
 
 
 def test_orphan_online_cpu_lands_on_the_first_node(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    sysfs_root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    write_sysfs(MACHINES["topoDualSocketNoHT"], str(tmp_path))
-    put(tmp_path, f"{NODE}/node1/cpulist", "4-6")
-    found = discover(str(tmp_path))
+    write_sysfs(MACHINES["topoDualSocketNoHT"], str(sysfs_root))
+    put(sysfs_root, f"{NODE}/node1/cpulist", "4-6")
+    found = discover(str(sysfs_root))
     assert found.numa_nodes[0].cpus == CPUSet.parse("0-3,7")
     assert "in no node*/cpulist" in caplog.text
 
 
-def test_node_dirs_without_online_file(tmp_path: Path) -> None:
-    write_sysfs(MACHINES["default"], str(tmp_path))
-    os.remove(tmp_path / NODE / "online")
-    os.remove(tmp_path / NODE / "node1" / "distance")
-    found = discover(str(tmp_path))
+def test_node_dirs_without_online_file(sysfs_root: Path) -> None:
+    write_sysfs(MACHINES["default"], str(sysfs_root))
+    os.remove(sysfs_root / NODE / "online")
+    os.remove(sysfs_root / NODE / "node1" / "distance")
+    found = discover(str(sysfs_root))
     assert found.numa_ids == (0, 1, 2, 3)
     assert found.distance(1, 0) == 20 and found.distance(0, 1) == 11
 
@@ -261,35 +262,35 @@ def test_node_dirs_without_online_file(tmp_path: Path) -> None:
     ],
 )
 def test_garbage_files_raise_errors_naming_the_file(
-    tmp_path: Path, relative: str, content: str, message: str
+    sysfs_root: Path, relative: str, content: str, message: str
 ) -> None:
     small = "cores_per_numa=1,hugepages_2Mi_per_numa=2"
-    write_sysfs(synthetic_topology(small), str(tmp_path))
-    put(tmp_path, relative, content)
+    write_sysfs(synthetic_topology(small), str(sysfs_root))
+    put(sysfs_root, relative, content)
     with pytest.raises(TopologyError, match=message) as info:
-        discover(str(tmp_path))
-    assert str(tmp_path / relative).rsplit("/", 2)[0] in str(info.value)
+        discover(str(sysfs_root))
+    assert str(sysfs_root / relative).rsplit("/", 2)[0] in str(info.value)
 
 
-def test_non_ascii_file(tmp_path: Path) -> None:
-    put(tmp_path, f"{CPU}/online", "0-1")
-    (tmp_path / CPU / "cpu0" / "topology").mkdir(parents=True)
-    (tmp_path / CPU / "cpu0" / "topology" / "core_id").write_bytes(b"\xff\n")
+def test_non_ascii_file(sysfs_root: Path) -> None:
+    put(sysfs_root, f"{CPU}/online", "0-1")
+    (sysfs_root / CPU / "cpu0" / "topology").mkdir(parents=True)
+    (sysfs_root / CPU / "cpu0" / "topology" / "core_id").write_bytes(b"\xff\n")
     with pytest.raises(TopologyError, match="core_id: not ASCII text"):
-        discover(str(tmp_path))
+        discover(str(sysfs_root))
 
 
-def test_unreadable_file_is_an_error(tmp_path: Path) -> None:
-    put(tmp_path, f"{CPU}/online", "0")
-    (tmp_path / CPU / "cpu0" / "topology" / "core_id").mkdir(parents=True)
+def test_unreadable_file_is_an_error(sysfs_root: Path) -> None:
+    put(sysfs_root, f"{CPU}/online", "0")
+    (sysfs_root / CPU / "cpu0" / "topology" / "core_id").mkdir(parents=True)
     with pytest.raises(TopologyError, match="core_id: cannot read"):
-        discover(str(tmp_path))
+        discover(str(sysfs_root))
 
 
-def test_missing_nr_hugepages_leaves_the_pool_out(tmp_path: Path) -> None:
-    write_sysfs(synthetic_topology("hugepages_2Mi_per_numa=2"), str(tmp_path))
-    os.remove(tmp_path / NODE / "node0" / "hugepages" / "hugepages-2048kB" / "nr_hugepages")
-    found = discover(str(tmp_path))
+def test_missing_nr_hugepages_leaves_the_pool_out(sysfs_root: Path) -> None:
+    write_sysfs(synthetic_topology("hugepages_2Mi_per_numa=2"), str(sysfs_root))
+    os.remove(sysfs_root / NODE / "node0" / "hugepages" / "hugepages-2048kB" / "nr_hugepages")
+    found = discover(str(sysfs_root))
     assert "hugepages-2Mi" not in found.numa_nodes[0].memory
     assert found.memory_of(1, "hugepages-2Mi") == 4 << 20
 
