@@ -100,6 +100,19 @@ def data_checksum(data: Any) -> str:
     return _CHECKSUM_PREFIX + hashlib.sha256(canonical_json(data)).hexdigest()
 
 
+def _check_keys(value: Any, path: str) -> None:
+    """Refuse mapping keys that are not strings: JSON would turn them into strings, so the data
+    read back would differ from the data saved (and its checksum with it)."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path}: key {key!r} is {type(key).__name__}, must be a string")
+            _check_keys(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_keys(item, f"{path}[{i}]")
+
+
 class _Unusable(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -165,11 +178,24 @@ class CheckpointStore:
         the write fails; the previous file is then still in place.
         """
         try:
-            plain = json.loads(canonical_json(data))
+            _check_keys(data, "data")
+            body = canonical_json(data)
         except (TypeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint {self.path}: data is not JSON-able: {exc}") from exc
-        document = {"version": self.version, "data": plain, "checksum": data_checksum(plain)}
-        payload = canonical_json(document) + b"\n"
+        checksum = _CHECKSUM_PREFIX + hashlib.sha256(body).hexdigest()
+        # canonical_json of {"checksum", "data", "version"}: keys in sorted order, built by hand
+        # so the (large) data is serialised once.
+        payload = b"".join(
+            (
+                b'{"checksum":"',
+                checksum.encode("ascii"),
+                b'","data":',
+                body,
+                b',"version":',
+                str(self.version).encode("ascii"),
+                b"}\n",
+            )
+        )
         dfd = self._open_dir()
         try:
             if self._migrated_from is not None:

@@ -298,3 +298,24 @@ def test_fuzz_arbitrary_bytes_never_crash(tmp_path: Path, content: bytes) -> Non
     else:
         assert result.problem is None
         assert json.loads(content)["data"] == result.data
+
+
+def test_written_document_is_canonical_json(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "s")
+    data = {"b": [1, (2, 3)], "a": {"z": "é<&>", "y": None}}
+    store.save(data)
+    doc = json.loads(store.path.read_bytes())
+    assert store.path.read_bytes() == canonical_json(doc) + b"\n"
+    assert doc == {
+        "checksum": data_checksum(doc["data"]),
+        "data": json.loads(canonical_json(data)),
+        "version": CURRENT_VERSION,
+    }
+
+
+def test_non_string_keys_are_refused(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "s")
+    with pytest.raises(CheckpointError, match=r"data\.pods: key 1 is int"):
+        store.save({"pods": {1: "x"}})
+    with pytest.raises(CheckpointError, match=r"data\.l\[0\]: key None"):
+        store.save({"l": [{None: 1}]})
