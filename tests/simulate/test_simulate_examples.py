@@ -98,6 +98,15 @@ def test_container_scope_examples() -> None:
     assert sidecar[0] == "node_shared" and sidecar[1] == result.shared_pool == P("0,2-31,34-63")
 
 
+def test_container_scope_examples_together_follow_the_node_pool() -> None:
+    config = load_config(EXAMPLES / "container-scope.toml")
+    result = _run("container-scope-mixed", "ml-workload", config=config)
+    assert result.shared_pool == P("0,3-31,35-63")
+    shared = [c for p in result.pods for c in p.containers if c.assignment == "node_shared"]
+    assert [c.name for c in shared] == ["worker-1", "worker-2", "service-mesh-sidecar"]
+    assert all(c.cpus == result.shared_pool for c in shared)
+
+
 def test_container_scope_pods_under_pod_scope_config() -> None:
     (pod,) = _run("container-scope-mixed").pods
     assert pod.cpu_ids == P("1-2,33-34")
@@ -132,6 +141,9 @@ def test_all_examples_in_one_run() -> None:
         for c in p.containers:
             if c.assignment in ("pod_exclusive", "node_exclusive") and not c.exited:
                 exclusive.append(c.cpus)
+        for c in p.containers:
+            if c.assignment == "node_shared":
+                assert c.cpus == result.shared_pool, (p.name, c.name)
     union = CPUSet().union(*exclusive)
     assert len(union) == sum(len(c) for c in exclusive), "an exclusive CPU was handed out twice"
     assert union.is_disjoint(result.shared_pool)
