@@ -448,22 +448,183 @@ def test_cpu_accumulator_free_cpus(desc: str, machine: str, avail: str, want: li
     assert acc.sorted_cpus(SortingStrategy.PACKED) == want
 
 
-@pytest.mark.parametrize(
-    ("desc", "avail", "want"),
-    [
-        ("dual socket HT, 12 cpus free", "0-11", [0, 2, 4, 1, 3, 5]),
-        ("dual socket HT, 10 cpus free", "1-5,7-11", [2, 4, 1, 3, 5]),
-    ],
-)
-def test_cpu_accumulator_free_cores(desc: str, avail: str, want: list[int]) -> None:
-    acc = _Accumulator(topology_index(MACHINES["topoDualSocketHT"]), P(avail).mask, 0)
+FREE_CORES = [
+    ("single socket HT, 4 cores free", "topoSingleSocketHT", "0-7", [0, 1, 2, 3]),
+    ("single socket HT, 3 cores free", "topoSingleSocketHT", "0-2,4-6", [0, 1, 2]),
+    (
+        "single socket HT, 3 cores free (1 partially consumed)",
+        "topoSingleSocketHT",
+        "0-6",
+        [0, 1, 2],
+    ),
+    ("single socket HT, 0 cores free", "topoSingleSocketHT", "", []),
+    ("single socket HT, 0 cores free (4 partially consumed)", "topoSingleSocketHT", "0-3", []),
+    ("dual socket HT, 6 cores free", "topoDualSocketHT", "0-11", [0, 2, 4, 1, 3, 5]),
+    (
+        "dual socket HT, 5 cores free (1 consumed from socket 0)",
+        "topoDualSocketHT",
+        "1-5,7-11",
+        [2, 4, 1, 3, 5],
+    ),
+    (
+        "dual socket HT, 4 cores free (1 consumed from each socket)",
+        "topoDualSocketHT",
+        "2-5,8-11",
+        [2, 4, 3, 5],
+    ),
+]
+
+
+@pytest.mark.parametrize(("desc", "machine", "avail", "want"), FREE_CORES, ids=_ids(FREE_CORES))
+def test_cpu_accumulator_free_cores(desc: str, machine: str, avail: str, want: list[int]) -> None:
+    acc = _Accumulator(topology_index(MACHINES[machine]), P(avail).mask, 0)
     assert acc.free_cores() == want
 
 
-def test_cpu_accumulator_free_numa_nodes_and_sockets() -> None:
-    index = topology_index(MACHINES[M80])
-    assert _Accumulator(index, P("1-9,11-79").mask, 0).free_numa_nodes() == [2, 3]
-    assert _Accumulator(index, P("1-79").mask, 0).free_sockets() == [1]
+MULTI = "fakeTopoMultiSocketDualSocketPerNumaHT"
+FREE_SOCKETS = [
+    ("single socket HT, 1 socket free", "topoSingleSocketHT", "0-7", [0]),
+    ("single socket HT, 0 sockets free", "topoSingleSocketHT", "1-7", []),
+    ("dual socket HT, 2 sockets free", "topoDualSocketHT", "0-11", [0, 1]),
+    ("dual socket HT, 1 socket free", "topoDualSocketHT", "0-9,11", [1]),
+    ("dual socket HT, 0 sockets free", "topoDualSocketHT", "0,2-9,11", []),
+    ("dual socket, multi numa per socket, HT, 2 sockets free", M80, "0-79", [0, 1]),
+    ("dual socket, multi numa per socket, HT, 1 sockets free", M80, "1-79", [1]),
+    ("dual socket, multi numa per socket, HT, 0 sockets free", M80, "1-78", []),
+    ("dual numa, multi socket per per socket, HT, 4 sockets free", MULTI, "0-79", [0, 1, 2, 3]),
+    ("dual numa, multi socket per per socket, HT, 3 sockets free", MULTI, "0-19,21-79", [0, 1, 3]),
+    ("dual numa, multi socket per per socket, HT, 2 sockets free", MULTI, "0-59,61-78", [0, 1]),
+    (
+        "dual numa, multi socket per per socket, HT, 1 sockets free",
+        MULTI,
+        "1-19,21-38,41-60,61-78",
+        [1],
+    ),
+    (
+        "dual numa, multi socket per per socket, HT, 0 sockets free",
+        MULTI,
+        "0-40,42-49,51-68,71-79",
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(("desc", "machine", "avail", "want"), FREE_SOCKETS, ids=_ids(FREE_SOCKETS))
+def test_cpu_accumulator_free_sockets(desc: str, machine: str, avail: str, want: list[int]) -> None:
+    acc = _Accumulator(topology_index(MACHINES[machine]), P(avail).mask, 0)
+    assert sorted(acc.free_sockets()) == want
+
+
+FREE_NUMA_NODES = [
+    ("single socket HT, 1 NUMA node free", "topoSingleSocketHT", "0-7", [0]),
+    ("single socket HT, 0 NUMA Node free", "topoSingleSocketHT", "1-7", []),
+    ("dual socket HT, 2 NUMA Node free", "topoDualSocketHT", "0-11", [0, 1]),
+    ("dual socket HT, 1 NUMA Node free", "topoDualSocketHT", "0-9,11", [1]),
+    ("dual socket HT, 0 NUMA node free", "topoDualSocketHT", "0,2-9,11", []),
+    ("dual socket, multi numa per socket, HT, 4 NUMA Node free", M80, "0-79", [0, 1, 2, 3]),
+    ("dual socket, multi numa per socket, HT, 3 NUMA node free", M80, "1-79", [1, 2, 3]),
+    ("dual socket, multi numa per socket, HT, 2 NUMA node free", M80, "1-9,11-79", [2, 3]),
+    ("dual socket, multi numa per socket, HT, 1 NUMA node free", M80, "1-9,11-59,61-79", [3]),
+    ("dual socket, multi numa per socket, HT, 0 NUMA node free", M80, "1-9,11-59,61-78", []),
+    ("dual numa, multi socket per per socket, HT, 2 NUMA node free", MULTI, "0-79", [0, 1]),
+    ("dual numa, multi socket per per socket, HT, 1 NUMA node free", MULTI, "0-9,11-79", [1]),
+    ("dual numa, multi socket per per socket, HT, 0 sockets free", MULTI, "0-9,11-59,61-79", []),
+]
+
+
+@pytest.mark.parametrize(
+    ("desc", "machine", "avail", "want"), FREE_NUMA_NODES, ids=_ids(FREE_NUMA_NODES)
+)
+def test_cpu_accumulator_free_numa_nodes(
+    desc: str, machine: str, avail: str, want: list[int]
+) -> None:
+    acc = _Accumulator(topology_index(MACHINES[machine]), P(avail).mask, 0)
+    assert acc.free_numa_nodes() == want
+
+
+@pytest.mark.parametrize(
+    ("desc", "avail", "sockets", "nodes"),
+    [
+        (
+            "dual socket, multi numa per socket, HT, 2 Socket/4 NUMA Node free",
+            "0-79",
+            [0, 1],
+            [0, 1, 2, 3],
+        ),
+        (
+            "dual socket, multi numa per socket, HT, 1 Socket/3 NUMA node free",
+            "1-79",
+            [1],
+            [1, 2, 3],
+        ),
+        (
+            "dual socket, multi numa per socket, HT, 1 Socket/ 2 NUMA node free",
+            "1-9,11-79",
+            [1],
+            [2, 3],
+        ),
+        (
+            "dual socket, multi numa per socket, HT, 0 Socket/ 2 NUMA node free",
+            "1-59,61-79",
+            [],
+            [1, 3],
+        ),
+    ],
+)
+def test_cpu_accumulator_free_sockets_and_numa_nodes(
+    desc: str, avail: str, sockets: list[int], nodes: list[int]
+) -> None:
+    acc = _Accumulator(topology_index(MACHINES[M80]), P(avail).mask, 0)
+    assert acc.free_numa_nodes() == nodes
+    assert acc.free_sockets() == sockets
+
+
+@pytest.mark.parametrize(
+    ("desc", "avail", "takes", "n", "satisfied", "failed"),
+    [
+        ("take 0 cpus from a single socket HT, require 1", "0-7", [""], 1, False, False),
+        (
+            "take 0 cpus from a single socket HT, require 1, none available",
+            "",
+            [""],
+            1,
+            False,
+            True,
+        ),
+        ("take 1 cpu from a single socket HT, require 1", "0-7", ["0"], 1, True, False),
+        ("take 1 cpu from a single socket HT, require 2", "0-7", ["0"], 2, False, False),
+        (
+            "take 2 cpu from a single socket HT, require 4, expect failed",
+            "0-2",
+            ["0", "1"],
+            4,
+            False,
+            True,
+        ),
+        (
+            "take all cpus one at a time from a single socket HT, require 8",
+            "0-7",
+            [str(c) for c in range(8)],
+            8,
+            True,
+            False,
+        ),
+    ],
+)
+def test_cpu_accumulator_take(
+    desc: str, avail: str, takes: list[str], n: int, satisfied: bool, failed: bool
+) -> None:
+    acc = _Accumulator(topology_index(MACHINES["topoSingleSocketHT"]), P(avail).mask, n)
+    taken = 0
+    for cpus in takes:
+        acc.take(P(cpus).mask)
+        taken += len(P(cpus))
+    assert acc.satisfied() is satisfied
+    assert acc.failed() is failed
+    for cpus in takes:
+        assert P(cpus).mask & acc.free == 0
+        assert P(cpus).mask & ~acc.result == 0
+    assert acc.need == n - taken
 
 
 def test_not_enough_reports_the_size_of_the_given_set_as_the_kubelet_does() -> None:
