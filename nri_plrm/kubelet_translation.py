@@ -36,7 +36,6 @@ from nri_plrm.engine.types import (
     CPU,
     HUGEPAGES_PREFIX,
     MEMORY,
-    ContainerKind,
     ContainerSpec,
     PodSpec,
 )
@@ -319,8 +318,3 @@ def nri_container(
     lres.devices.append(api.LinuxDeviceCgroup(allow=False, access="rwm"))
     msg.linux.cgroups_path = f"{cgroup_parent(pod)}/{cid}"
     return msg
-
-
-def is_regular_init(container: ContainerSpec) -> bool:
-    """True for init containers that run to completion (not sidecars)."""
-    return container.kind is ContainerKind.INIT

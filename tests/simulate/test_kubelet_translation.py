@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nrisim.capture import capture_dir
 
 from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.kubelet_translation import (
@@ -33,14 +34,10 @@ from nri_plrm.ttrpc.codec import MuxDecoder
 from nri_plrm.ttrpc.messages import decode_request
 
 ROOT = Path(__file__).resolve().parents[2]
-CAPTURE = Path("/work/shared/testdata/nri-capture/seed-pods")
-if not CAPTURE.exists():
-    CAPTURE = ROOT / "testdata" / "nri-capture" / "seed-pods"
+CAPTURE = capture_dir() / "seed-pods"
 CRI = CAPTURE / "cri"
 SEEDS = ["pod-scope-mixed", "empty-shared-pool", "container-scope-mixed"]
 GI = 1 << 30
-
-needs_capture = pytest.mark.skipif(not CRI.exists(), reason="recorded traffic not available")
 
 
 def _seed_pod(name: str) -> PodSpec:
@@ -49,7 +46,6 @@ def _seed_pod(name: str) -> PodSpec:
     return dataclasses.replace(pod, uid=meta["uid"], namespace=meta["namespace"])
 
 
-@needs_capture
 @pytest.mark.parametrize("name", SEEDS)
 def test_sandbox_matches_recorded_cri(name: str) -> None:
     pod = _seed_pod(name)
@@ -58,7 +54,6 @@ def test_sandbox_matches_recorded_cri(name: str) -> None:
     assert cgroup_parent(pod) == recorded["linux"]["cgroup_parent"]
 
 
-@needs_capture
 @pytest.mark.parametrize("name", SEEDS)
 def test_containers_match_recorded_cri(name: str) -> None:
     pod = _seed_pod(name)
@@ -79,7 +74,6 @@ def _recorded_requests() -> list[tuple[str, bytes]]:
     return out
 
 
-@needs_capture
 def test_nri_messages_match_recorded_frames() -> None:
     pods = {name: _seed_pod(name) for name in SEEDS}
     sandboxes = 0
