@@ -19,6 +19,7 @@ from nri_plrm.engine.cpu_assignment import (
     topology_index,
 )
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.topology.model import CPUInfo, Topology
 
 P = CPUSet.parse
 
@@ -631,3 +632,90 @@ def test_not_enough_reports_the_size_of_the_given_set_as_the_kubelet_does() -> N
     # CPU 99 is not on the machine: only 2 usable CPUs, but Go prints availableCPUs.Size().
     with pytest.raises(CPUAllocationError, match="requested=3, available=3"):
         take_by_topology(MACHINES["topoDualSocketHT"], P("0,1,99"), 3)
+
+
+def _uncore_machine(core: int, socket: int, numa: int, l3: int, smt: bool = False) -> Topology:
+    """16-CPU uncore machines; shapes inferred from the upstream vectors (the tables that
+    define ``topoUncore*`` live in a file not available here)."""
+    return Topology.build(
+        CPUInfo(
+            cpu=c,
+            core=(c % 8) if smt else c // core,
+            socket=c // socket,
+            numa=c // numa,
+            l3=((c % 8) if smt else c) // l3,
+        )
+        for c in range(16)
+    )
+
+
+UNCORE_MACHINES = {
+    "topoUncoreSingleSocketNoSMT": _uncore_machine(1, 16, 16, 4),
+    "topoUncoreDualSocketNoSMT": _uncore_machine(1, 8, 8, 4),
+    "topoUncoreSingleSocketMultiNuma": _uncore_machine(1, 16, 8, 4),
+    "topoUncoreSingleSocketSMT": _uncore_machine(1, 16, 16, 4, smt=True),
+}
+
+UNCORE_PACKED = [
+    (
+        "take cpus from two full UncoreCaches and partial from a single UncoreCache",
+        "topoUncoreSingleSocketNoSMT",
+        "1-15",
+        10,
+        "1,2,4-11",
+    ),
+    (
+        "take first available UncoreCache from first socket",
+        "topoUncoreDualSocketNoSMT",
+        "0-15",
+        4,
+        "0-3",
+    ),
+    (
+        "take all available UncoreCache from first socket",
+        "topoUncoreDualSocketNoSMT",
+        "2-15",
+        6,
+        "2-7",
+    ),
+    (
+        "take first available UncoreCache from second socket",
+        "topoUncoreDualSocketNoSMT",
+        "8-15",
+        4,
+        "8-11",
+    ),
+    (
+        "take first available UncoreCache from available NUMA",
+        "topoUncoreSingleSocketMultiNuma",
+        "3,4-8,12",
+        2,
+        "4,5",
+    ),
+    (
+        "take cpus from best available UncoreCache group of multi uncore cache single socket - "
+        "SMT enabled",
+        "topoUncoreSingleSocketSMT",
+        "2-3,10-11,4-7,12-15",
+        6,
+        "4,5,6,12,13,14",
+    ),
+    (
+        "take cpus from multiple UncoreCache of single socket - SMT enabled",
+        "topoUncoreSingleSocketSMT",
+        "1-7,9-15",
+        10,
+        "4-7,12-15,1,9",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("desc", "machine", "avail", "n", "want"), UNCORE_PACKED, ids=_ids(UNCORE_PACKED)
+)
+def test_take_by_topology_numa_packed_prefer_align_by_uncore_cache(
+    desc: str, machine: str, avail: str, n: int, want: str
+) -> None:
+    topology = UNCORE_MACHINES[machine]
+    got = take_by_topology_numa_packed(topology, P(avail), n, SortingStrategy.PACKED, True)
+    assert got == P(want)
