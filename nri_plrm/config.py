@@ -754,11 +754,15 @@ def _address(p: _Parser, key: str, value: Any) -> Any:
     if value == "":
         return ""
     if isinstance(value, str):
-        host, sep, port = value.rpartition(":")
-        host = host.strip("[]")
-        if sep and host and port.isdigit() and 0 < int(port) < 65536:
+        _host, sep, port = value.rpartition(":")
+        if sep and port.isdigit() and 0 < int(port) < 65536:
             return value
-    p.error(key, value, 'must be host:port (e.g. "127.0.0.1:9740"), or "" to turn it off')
+    p.error(
+        key,
+        value,
+        'must be host:port (e.g. "127.0.0.1:9740", ":9740" for every interface), or "" to '
+        "turn it off",
+    )
     return _INVALID
 
 

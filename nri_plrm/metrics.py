@@ -475,7 +475,10 @@ class MetricsServer:
     def start(self) -> None:
         """Start serving in a daemon thread."""
         self._thread = threading.Thread(
-            target=self._http.serve_forever, name="metrics-http", daemon=True
+            target=self._http.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="metrics-http",
+            daemon=True,
         )
         self._thread.start()
         _log.info("metrics listening on %s:%d", self._http.server_address[0], self.port)

@@ -244,3 +244,12 @@ def test_private_registries_do_not_clash() -> None:
     a, b = Metrics(), Metrics()
     a.record_allocation("cpu", "pod")
     assert b'source="pod"} 0.0' in b.exposition()
+
+
+def test_all_interfaces_address() -> None:
+    server = MetricsServer(Metrics(), ":0")
+    server.start()
+    try:
+        assert fetch(server, "/healthz")[0] == 503
+    finally:
+        server.stop()
