@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.cpuset import MAX_CPU_ID, CPUSet
 from nri_plrm.quantity import QuantityError, format_bytes, memory_bytes
 from nri_plrm.topology.model import CPUInfo, NUMANode, Topology, TopologyError
 
@@ -211,7 +211,9 @@ def _split_spec(text: str) -> dict[str, str]:
 
 def _spec_int(key: str, value: str, *, minimum: int) -> int:
     if not (value.isascii() and value.isdigit()) or len(value) > 6:
-        raise TopologyError(f"topology spec: {key}={value!r} must be a whole number >= {minimum}")
+        raise TopologyError(
+            f"topology spec: {key}={value!r} must be a whole number >= {minimum} (at most 6 digits)"
+        )
     number = int(value)
     if number < minimum:
         raise TopologyError(f"topology spec: {key}={value!r} must be >= {minimum}")
@@ -256,8 +258,8 @@ def _table_cpu(source: str, index: int, row: object) -> CPUInfo:
     for key, value in row.items():
         if key not in _CPU_KEYS:
             raise TopologyError(f"{where}: unknown key {key!r} (allowed: {', '.join(_CPU_KEYS)})")
-        if not _is_int(value) or value < 0:
-            raise TopologyError(f"{where}: {key} {value!r} must be an integer >= 0")
+        if not _is_int(value) or not 0 <= value < MAX_CPU_ID:
+            raise TopologyError(f"{where}: {key} {value!r} must be an integer 0..{MAX_CPU_ID - 1}")
         values[key] = value
     for key in ("cpu", "core", "socket", "numa"):
         if key not in values:

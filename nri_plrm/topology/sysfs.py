@@ -8,8 +8,8 @@ What is read, under the sysfs root (``/sys`` by default):
   node with the same (package, ``core_id``) form a core, as cadvisor groups them; the core id
   is the lowest CPU id of its threads (the kubelet's platform-unique id). Without ``core_id``
   the core is taken from ``thread_siblings_list``, and without that each CPU is its own core.
-  Without ``physical_package_id`` (or with ``-1``, as some VMs and ARM machines report) the
-  socket is 0; without ``die_id`` the die is 0.
+  A ``core_id`` of ``-1`` counts as missing. Without ``physical_package_id`` (or with ``-1``,
+  as some VMs and ARM machines report) the socket is 0; without ``die_id`` the die is 0.
 - ``devices/system/cpu/cpuN/cache/index*/{level,id,shared_cpu_list}`` of the lowest CPU of each
   core: the first cache above level 2 that is *not* shared by all the CPUs of the NUMA node
   gives the uncore (L3) id; a cache that spans the whole node is a node cache (cadvisor's rule)
@@ -189,7 +189,10 @@ def _cpu_facts(cpu_root: str, cpu: int) -> _CPUFacts:
     for name in ("physical_package_id", "die_id", "core_id"):
         path = os.path.join(base, name)
         text = read_text(path)
-        values[name] = None if text is None else parse_id(path, text, allow_unknown=True)
+        if text is None or (name == "core_id" and text.strip() == "-1"):
+            values[name] = None
+        else:
+            values[name] = parse_id(path, text, allow_unknown=True)
     siblings = None
     if values["core_id"] is None:
         path = os.path.join(base, "thread_siblings_list")

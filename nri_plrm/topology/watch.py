@@ -36,7 +36,9 @@ _DEVPATHS = {
 }
 _KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 _KERNEL_GROUP = 1
-_RETRY_SECONDS = 1.0
+
+MAX_CONSECUTIVE_ERRORS = 5
+"""Socket errors in a row after which the watcher stops."""
 
 
 class UeventError(ValueError):
@@ -233,6 +235,7 @@ class HotplugWatcher:
         self._socket: Any = None
         self._closed = False
         self.task: asyncio.Task[None] | None = None
+        self.retry_seconds = 1.0
         self.received = 0
         self.malformed = 0
 
@@ -254,20 +257,34 @@ class HotplugWatcher:
         self._socket = sock
 
     async def run(self) -> None:
-        """Receive and deliver events until :meth:`close`."""
+        """Receive and deliver events until :meth:`close`.
+
+        A socket error delivers a LOST event and retries after a second; after
+        ``MAX_CONSECUTIVE_ERRORS`` errors in a row the watcher gives up (logged) and returns.
+        """
         await self.open()
+        errors = 0
         while not self._closed:
             try:
                 async for msg in self._socket.get():
+                    errors = 0
                     await self._handle(msg["header"].get("payload", b""))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if self._closed:
                     break
+                errors += 1
                 log.warning("hotplug: uevent socket error (%s); events may be lost", exc)
                 await self._deliver(HotplugEvent(None, HotplugAction.LOST, None))
-                await asyncio.sleep(_RETRY_SECONDS)
+                if errors >= MAX_CONSECUTIVE_ERRORS:
+                    log.error(
+                        "hotplug: %d uevent socket errors in a row; no longer watching hotplug",
+                        errors,
+                    )
+                    self.close()
+                    break
+                await asyncio.sleep(self.retry_seconds)
 
     async def _handle(self, payload: bytes) -> None:
         if self._closed:

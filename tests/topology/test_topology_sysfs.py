@@ -172,6 +172,7 @@ def test_unknown_package_and_siblings_fallback(sysfs_root: Path) -> None:
     put(sysfs_root, f"{CPU}/online", "0-3")
     for cpu in range(4):
         put(sysfs_root, f"{CPU}/cpu{cpu}/topology/physical_package_id", "-1")
+        put(sysfs_root, f"{CPU}/cpu{cpu}/topology/core_id", "-1")
         put(
             sysfs_root,
             f"{CPU}/cpu{cpu}/topology/thread_siblings_list",

@@ -6,6 +6,7 @@ import asyncio
 import errno
 import logging
 import socket
+from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from nri_plrm.topology.watch import (
     HOTPLUG_ACTIONS,
+    MAX_CONSECUTIVE_ERRORS,
     HotplugAction,
     HotplugEvent,
     HotplugSubsystem,
@@ -240,3 +242,40 @@ def test_unavailable_socket_runs_without_hotplug(caplog: pytest.LogCaptureFixtur
         asyncio.run(scenario())
     assert refusing.closed
     assert "running without CPU/memory hotplug detection" in caplog.text
+
+
+class FailingSocket:
+    """A bound socket whose every receive fails with ENOBUFS (a uevent burst overflowed it)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def bind(self, groups: int) -> None:
+        assert groups == 1
+
+    async def get(self) -> AsyncIterator[dict[str, dict[str, bytes]]]:
+        raise OSError(errno.ENOBUFS, "No buffer space available")
+        yield {"header": {"payload": b""}}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_socket_errors_report_lost_events_then_give_up(caplog: pytest.LogCaptureFixture) -> None:
+    failing = FailingSocket()
+    events: list[HotplugEvent] = []
+
+    async def callback(event: HotplugEvent) -> None:
+        events.append(event)
+
+    async def scenario() -> None:
+        watcher = HotplugWatcher(callback, socket_factory=lambda: failing)
+        watcher.retry_seconds = 0
+        await watcher.run()
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(scenario())
+    assert events == [HotplugEvent(None, HotplugAction.LOST, None)] * MAX_CONSECUTIVE_ERRORS
+    assert failing.closed
+    assert "No buffer space available" in caplog.text
+    assert "no longer watching hotplug" in caplog.text
