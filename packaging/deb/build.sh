@@ -80,6 +80,9 @@ mkdir -p "$root/usr/bin"
 ln -s "$prefix/bin/nri-plrm" "$root/usr/bin/nri-plrm"
 install -d "$root/usr/share/nri-plrm/examples"
 install -m 0644 "$repo"/examples/*.yaml "$root/usr/share/nri-plrm/examples/"
+for extra in "$repo"/examples/*.toml "$repo"/examples/README.md; do
+    [ -e "$extra" ] && install -m 0644 "$extra" "$root/usr/share/nri-plrm/examples/"
+done
 if compgen -G "$repo/packaging/grafana/*.json" >/dev/null; then
     install -d "$root/usr/share/nri-plrm/grafana"
     install -m 0644 "$repo"/packaging/grafana/*.json "$root/usr/share/nri-plrm/grafana/"
