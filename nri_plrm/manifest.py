@@ -281,7 +281,10 @@ def _check_not_above(
                 f"must be less than or equal to the {rname} limit {limits[rname]}",
             )
         if rname.startswith(HUGEPAGES_PREFIX) and rname in limits and amount != limits[rname]:
-            raise fail(f"{path}.requests.{rname}", amount, "hugepage requests must equal limits")
+            rule = "hugepage requests must equal limits"
+            if path == "spec.resources":
+                rule += " (an unset pod-level hugepage request defaults to the containers' total)"
+            raise fail(f"{path}.requests.{rname}", amount, rule)
 
 
 def _container_resources(

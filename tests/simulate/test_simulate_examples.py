@@ -213,3 +213,27 @@ def test_bad_inputs(tmp_path: Path) -> None:
     config = parse_config('[cpu_manager]\nreserved_cpus = "100"\n')
     with pytest.raises(ConfigError):
         simulate([EXAMPLES / "besteffort.yaml"], TOPOLOGY, config)
+
+
+def test_hugepages_pod_on_a_machine_with_hugepages(tmp_path: Path) -> None:
+    manifest = tmp_path / "hp.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: hp}\nspec:\n"
+        "  resources:\n    requests: {hugepages-2Mi: 64Mi}\n"
+        "    limits: {cpu: 2, memory: 2Gi, hugepages-2Mi: 64Mi}\n"
+        "  containers:\n  - name: app\n"
+        "    resources: {limits: {cpu: 1, memory: 1Gi, hugepages-2Mi: 32Mi}}\n"
+        "  - name: side\n"
+    )
+    topology = synthetic_topology(
+        "sockets=1,numa_per_socket=2,cores_per_numa=4,threads_per_core=2,"
+        "memory_per_numa=8Gi,hugepages_2Mi_per_numa=512"
+    )
+    (pod,) = simulate([manifest], topology).pods
+    assert pod.admitted
+    assert pod.cpu_ids == P("1,9")
+    assert sorted(pod.memory) == [("hugepages-2Mi", 64 << 20, (0,)), ("memory", 2 * GI, (0,))]
+    assert _containers(pod) == {
+        "app": ("pod_exclusive", P("1"), P("0"), -1),
+        "side": ("pod_shared", P("9"), P("0"), 200000),
+    }
