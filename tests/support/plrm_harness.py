@@ -51,7 +51,8 @@ async def serve(
             runtime.sim = sim
         sync = sim.session.sync_reply if sim.session is not None else None
         if sync is not None:
-            runtime._apply_updates(sync.update)
+            runtime.sync_updates = len(sync.update)
+            runtime.apply_updates(sync.update)
         yield Session(sim, runtime, stub, task)
     finally:
         await stub.stop()

@@ -9,12 +9,26 @@ Synchronize reports after a restart (containers not EXITED, with their current c
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import Any
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
 from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.ttrpc.transport import ChannelClosed
+
+ABSENT = (ChannelClosed, TimeoutError, ConnectionError)
+"""Failures after which containerd carries on as if the plugin were not there."""
+
+
+async def call(request: Awaitable[Any]) -> Any:
+    """Send one event; None when the plugin is absent or dropped (containerd's fatal errors)."""
+    try:
+        return await request
+    except ABSENT:
+        return None
 
 
 @dataclass
@@ -56,13 +70,15 @@ class FakeRuntime:
         self.containers: dict[str, RuntimeContainer] = {}
         self._clock = 0
         self._seen_unsolicited = 0
+        self.sync_updates = 0
+        """How many updates the last Synchronize reply carried."""
 
     # ----------------------------------------------------------------- events
 
     async def run_pod(self, spec: PodSpec) -> api.PodSandbox:
         """RunPodSandbox; raises the simulator's error when the plugin rejects the pod."""
         msg = nri_pod_sandbox(spec)
-        await self.sim.run_pod_sandbox(msg)  # type: ignore[attr-defined]
+        await call(self.sim.run_pod_sandbox(msg))  # type: ignore[attr-defined]
         self.pods[msg.id] = msg
         return msg
 
@@ -75,14 +91,16 @@ class FakeRuntime:
             spec, ctr, attempt=attempt, state=api.CONTAINER_CREATED, created_at=self._clock
         )
         cid = msg.id
-        resp = await self.sim.create_container(pod, msg)  # type: ignore[attr-defined]
-        assert resp is not None
+        resp = await call(self.sim.create_container(pod, msg))  # type: ignore[attr-defined]
         rc = RuntimeContainer(msg, created_at=self._clock)
         _apply(rc.applied, msg.linux.resources)
+        self.containers[cid] = rc
+        if resp is None:
+            return api.CreateContainerResponse()
         if resp.HasField("adjust") and resp.adjust.HasField("linux"):
             _apply(rc.applied, resp.adjust.linux.resources)
-        self.containers[cid] = rc
-        self._apply_updates(resp.update)
+        self.apply_updates(resp.update)
+        assert isinstance(resp, api.CreateContainerResponse)
         return resp
 
     async def launch(self, spec: PodSpec) -> api.PodSandbox:
@@ -107,15 +125,15 @@ class FakeRuntime:
     async def start(self, cid: str) -> None:
         rc = self.containers[cid]
         rc.msg.state = api.CONTAINER_RUNNING
-        await self.sim.start_container(self.pods[rc.msg.pod_sandbox_id], rc.msg)  # type: ignore[attr-defined]
+        await call(self.sim.start_container(self.pods[rc.msg.pod_sandbox_id], rc.msg))  # type: ignore[attr-defined]
 
     async def stop(self, cid: str) -> None:
         """The container exited: StopContainer, apply the reply's updates."""
         rc = self.containers[cid]
         rc.msg.state = api.CONTAINER_STOPPED
-        resp = await self.sim.stop_container(self.pods[rc.msg.pod_sandbox_id], rc.msg)  # type: ignore[attr-defined]
+        resp = await call(self.sim.stop_container(self.pods[rc.msg.pod_sandbox_id], rc.msg))  # type: ignore[attr-defined]
         if resp is not None:
-            self._apply_updates(resp.update)
+            self.apply_updates(resp.update)
 
     async def update(self, cid: str, resources: api.LinuxResources) -> api.UpdateContainerResponse:
         """UpdateContainer as the kubelet asks; the reply's entries are applied on top."""
@@ -125,12 +143,12 @@ class FakeRuntime:
             self.pods[rc.msg.pod_sandbox_id], rc.msg, resources
         )
         assert resp is not None
-        self._apply_updates(resp.update)
+        self.apply_updates(resp.update)
         return resp
 
     async def remove(self, cid: str) -> None:
         rc = self.containers.pop(cid)
-        await self.sim.remove_container(self.pods[rc.msg.pod_sandbox_id], rc.msg)  # type: ignore[attr-defined]
+        await call(self.sim.remove_container(self.pods[rc.msg.pod_sandbox_id], rc.msg))  # type: ignore[attr-defined]
 
     async def remove_pod(self, pod: api.PodSandbox) -> None:
         """Stop and remove every container of the pod, then the pod (containerd's order)."""
@@ -138,13 +156,13 @@ class FakeRuntime:
             if self.containers[cid].msg.state != api.CONTAINER_STOPPED:
                 await self.stop(cid)
             await self.remove(cid)
-        await self.sim.stop_pod_sandbox(pod)  # type: ignore[attr-defined]
-        await self.sim.remove_pod_sandbox(pod)  # type: ignore[attr-defined]
+        await call(self.sim.stop_pod_sandbox(pod))  # type: ignore[attr-defined]
+        await call(self.sim.remove_pod_sandbox(pod))  # type: ignore[attr-defined]
         self.pods.pop(pod.id, None)
 
     # ----------------------------------------------------------------- updates
 
-    def _apply_updates(self, updates: object) -> None:
+    def apply_updates(self, updates: object) -> None:
         for u in updates:  # type: ignore[attr-defined]
             rc = self.containers.get(u.container_id)
             if rc is not None:
@@ -155,7 +173,7 @@ class FakeRuntime:
         new = self.sim.unsolicited[self._seen_unsolicited :]  # type: ignore[attr-defined]
         self._seen_unsolicited += len(new)
         for req in new:
-            self._apply_updates(req.update)
+            self.apply_updates(req.update)
         return len(new)
 
     async def settle(self, timeout: float = 5.0) -> None:

@@ -1,0 +1,168 @@
+"""Plugin restarts in-process: checkpoint intact, deleted, corrupted, from a newer version;
+runtime changes while the plugin was away; Synchronize reconciliation on the wire."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from plrm_harness import serve
+from plrm_invariants import check, exclusive_cpus
+from plrm_runtime import FakeRuntime
+
+from nri_plrm.checkpoint.store import CheckpointStore
+from nri_plrm.config import parse_config
+from nri_plrm.engine.engine import Engine
+from nri_plrm.engine.types import PodSpec
+from nri_plrm.manifest import load_manifests
+from nri_plrm.plugin import Plugin
+from nri_plrm.topology.machines import MACHINES
+from nri_plrm.ttrpc.messages import TtrpcError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+POD_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
+
+
+def manifest(name: str, copy: int = 0) -> PodSpec:
+    (pod,) = load_manifests([EXAMPLES / f"{name}.yaml"])
+    if copy:
+        pod = dataclasses.replace(pod, uid=f"{pod.uid}-{copy}", name=f"{pod.name}-{copy}")
+    return pod
+
+
+def new_plugin(state: Path) -> Plugin:
+    engine = Engine(MACHINES["default"], parse_config(POD_SCOPE).engine_config())
+    plugin = Plugin(engine, store=CheckpointStore(state))
+    plugin.restore()
+    return plugin
+
+
+def live_uids(rt: FakeRuntime) -> set[str]:
+    return {p.uid for p in rt.pods.values()}
+
+
+async def first_life(tmp_path: Path) -> FakeRuntime:
+    """Run four pods, remove one; return the runtime as the plugin left it."""
+    plugin = new_plugin(tmp_path / "state")
+    async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+        rt = s.runtime
+        await rt.launch(manifest("pod-scope-mixed"))
+        doomed = await rt.launch(manifest("classic-guaranteed"))
+        await rt.launch(manifest("besteffort"))
+        await rt.launch(manifest("tightly-coupled-database"))
+        await rt.remove_pod(doomed)
+        await rt.settle()
+        assert check(plugin.engine, rt, live_uids(rt)) == []
+    return rt
+
+
+async def second_life(tmp_path: Path, rt: FakeRuntime) -> tuple[Plugin, list[str]]:
+    """Restart from the same state directory; Synchronize reports what the runtime has."""
+    plugin = new_plugin(tmp_path / "state")
+    pods, ctrs = rt.sync_lists()
+    async with serve(plugin, str(tmp_path / "nri.sock"), pods=pods, containers=ctrs, runtime=rt):
+        await rt.settle()
+    return plugin, check(plugin.engine, rt, live_uids(rt))
+
+
+def test_restart_keeps_exact_cpus_and_answers_sync_without_updates(tmp_path: Path) -> None:
+    async def main() -> None:
+        rt = await first_life(tmp_path)
+        before = exclusive_cpus(rt)
+        plugin, problems = await second_life(tmp_path, rt)
+        assert problems == []
+        assert check(plugin.engine, rt, live_uids(rt), before) == []
+        assert rt.sync_updates == 0
+        assert len(plugin.pods()) == 3
+
+    asyncio.run(main())
+
+
+def test_changes_while_away_are_reconciled(tmp_path: Path) -> None:
+    """A pod removed and a pod created while the plugin was down: the first is released, the
+    second adopted and pinned by the Synchronize reply."""
+
+    async def main() -> None:
+        rt = await first_life(tmp_path)
+        gone = next(p for p in rt.pods.values() if p.name == "besteffort")
+        await rt.remove_pod(gone)  # no plugin: containerd carries on without it
+        late = manifest("pod-scope-mixed", copy=1)
+        pod = await rt.launch(late)
+        assert rt.applied(pod, "main-app").cpus == ""
+        before = exclusive_cpus(rt)
+        plugin, problems = await second_life(tmp_path, rt)
+        assert problems == []
+        assert check(plugin.engine, rt, live_uids(rt), before) == []
+        assert len(rt.cpus_of(pod, "main-app")) == 2
+        assert rt.applied(pod, "main-app").quota == -1
+        assert {v.name for v in plugin.pods()} == {p.name for p in rt.pods.values()}
+
+    asyncio.run(main())
+
+
+def test_checkpoint_deleted_rebuilds_from_the_runtime(tmp_path: Path) -> None:
+    async def main() -> None:
+        rt = await first_life(tmp_path)
+        (tmp_path / "state" / "state.json").unlink()
+        plugin, problems = await second_life(tmp_path, rt)
+        assert problems == []
+        assert {v.uid for v in plugin.pods()} == live_uids(rt)
+
+    asyncio.run(main())
+
+
+def test_checkpoint_corrupted_is_kept_aside_and_rebuilt(tmp_path: Path) -> None:
+    async def main() -> None:
+        rt = await first_life(tmp_path)
+        path = tmp_path / "state" / "state.json"
+        path.write_bytes(path.read_bytes()[:-40] + b"garbage")
+        plugin, problems = await second_life(tmp_path, rt)
+        assert problems == []
+        assert list((tmp_path / "state").glob("state.json.corrupt-*"))
+        assert {v.uid for v in plugin.pods()} == live_uids(rt)
+
+    asyncio.run(main())
+
+
+def test_checkpoint_from_a_newer_version_with_unknown_fields(tmp_path: Path) -> None:
+    async def main() -> None:
+        rt = await first_life(tmp_path)
+        before = exclusive_cpus(rt)
+        path = tmp_path / "state" / "state.json"
+        doc = json.loads(path.read_text())
+        data = doc["data"]
+        data["future"] = {"anything": [1, 2, 3]}
+        data["plugin"]["newKey"] = "ignored"
+        for entry in data["plugin"]["pods"].values():
+            entry["annotationsFromTheFuture"] = {"a": "b"}
+        data["engine"]["extraTable"] = {}
+        store = CheckpointStore(tmp_path / "state", version=7)
+        store.save(data)
+        plugin, problems = await second_life(tmp_path, rt)
+        assert problems == []
+        assert check(plugin.engine, rt, live_uids(rt), before) == []
+        assert not list((tmp_path / "state").glob("state.json.corrupt-*"))
+
+    asyncio.run(main())
+
+
+def test_failed_checkpoint_write_fails_the_request_and_rolls_back(tmp_path: Path) -> None:
+    async def main() -> None:
+        plugin = new_plugin(tmp_path / "state")
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            rt = s.runtime
+            await rt.launch(manifest("besteffort"))
+            saved = plugin.state()
+            # A file where the state directory should be: every write fails, even as root.
+            (tmp_path / "not-a-dir").write_text("not a directory")
+            plugin.store = CheckpointStore(tmp_path / "not-a-dir" / "state")
+            spec = manifest("pod-scope-mixed")
+            with pytest.raises(TtrpcError, match="decision not applied"):
+                await rt.run_pod(spec)
+            assert plugin.state()["engine"] == saved["engine"]
+            assert spec.uid not in {v.uid for v in plugin.pods()}
+
+    asyncio.run(main())
