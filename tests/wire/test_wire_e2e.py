@@ -645,3 +645,37 @@ def test_invalid_names_and_empty_masks_are_refused() -> None:
 )
 def test_valid_events_by_runtime(name: str, version: str, nri: str, mask: int) -> None:
     assert ev.valid_events(name, version, nri) == mask
+
+
+def test_containerd_2_2_mixes_dedicated_rpcs_and_state_change(sock_path: str) -> None:
+    plugin = Plugin()
+
+    async def scenario() -> None:
+        sim = await NRISimulator.start(sock_path, runtime_version="v2.2.1", nri_version="v0.11.0")
+        stub = make_stub(plugin, sock_path)
+        task = asyncio.create_task(stub.run())
+        session = await sim.wait_registered()
+        assert session.events == 0x1FFF
+        await full_lifecycle(sim, plugin)
+        assert plugin.calls == LIFECYCLE_CALLS
+        methods = [r.method for r in sim.records][2:]  # after Configure and Synchronize
+        assert methods == [
+            "StateChange",
+            "CreateContainer",
+            "StateChange",
+            "StateChange",
+            "StateChange",
+            "UpdateContainer",
+            "StateChange",
+            "UpdatePodSandbox",
+            "StateChange",
+            "StopContainer",
+            "StateChange",
+            "StateChange",
+            "StateChange",
+        ]
+        await stub.stop()
+        await task
+        await sim.close()
+
+    run(scenario)
