@@ -19,7 +19,8 @@ import os
 import socket
 import stat
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from typing import Any, TypeVar
 
@@ -30,7 +31,7 @@ from nri_plrm.config import PodResourcesSettings
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.podresources.ratelimit import TokenBucket
-from nri_plrm.podresources.view import PodResourcesView, find_pod
+from nri_plrm.podresources.view import PodResourcesView, PodView, find_pod
 from nri_plrm.proto import podresources_api_pb2 as pb
 
 SERVICE_NAME = "v1.PodResourcesLister"
@@ -61,6 +62,8 @@ class PodResourcesService:
         self.limiter = limiter or TokenBucket()
         self.kubelet = kubelet
         self.observer = observer
+        self._lock = threading.Lock()
+        self._list_cache: tuple[Sequence[PodView], pb.ListPodResourcesResponse] | None = None
 
     def _admit(self, method: str, context: grpc.ServicerContext) -> None:
         if not self.limiter.allow():
@@ -76,12 +79,27 @@ class PodResourcesService:
     ) -> pb.ListPodResourcesResponse:
         """``List``: every pod with its containers."""
         self._admit("List", context)
-        reply = report.list_response(self.view)
+        reply = self._listed()
         if self.kubelet is not None:
             theirs = self.kubelet.list()
             if theirs is not None:
-                report.merge_list(reply, theirs)
+                merged = pb.ListPodResourcesResponse()
+                merged.CopyFrom(reply)
+                report.merge_list(merged, theirs)
+                reply = merged
         self._observe("List", "OK")
+        return reply
+
+    def _listed(self) -> pb.ListPodResourcesResponse:
+        """Our ``List`` reply, rebuilt only when the view publishes a new snapshot."""
+        pods = self.view.pods()
+        with self._lock:
+            cached = self._list_cache
+            if cached is not None and cached[0] is pods:
+                return cached[1]
+        reply = pb.ListPodResourcesResponse(pod_resources=[report.pod_message(p) for p in pods])
+        with self._lock:
+            self._list_cache = (pods, reply)
         return reply
 
     def get(

@@ -44,7 +44,11 @@ class PodResourcesView(Protocol):
     """The plugin's side of the contract; every method may be called from any thread."""
 
     def pods(self) -> Sequence[PodView]:
-        """Every pod the plugin tracks, as an immutable snapshot."""
+        """Every pod the plugin tracks, as an immutable snapshot.
+
+        The same object must be returned until something changes (the server caches its
+        ``List`` reply by the snapshot's identity); publish a new object on every change.
+        """
         ...
 
     def allocatable_cpus(self) -> CPUSet:

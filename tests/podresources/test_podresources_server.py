@@ -291,3 +291,36 @@ def test_missing_kubelet_socket_does_not_break_replies(tmp_path: Path, sock: str
     finally:
         c.close()
         server.stop()
+
+
+class _ChangingView:
+    """A view that publishes a new snapshot object on every change, as the plugin does."""
+
+    def __init__(self) -> None:
+        self.snapshot: tuple[PodView, ...] = (CLASSIC,)
+
+    def pods(self) -> tuple[PodView, ...]:
+        return self.snapshot
+
+    def allocatable_cpus(self) -> CPUSet:
+        return CPUSet()
+
+    def allocatable_memory(self) -> tuple[MemoryBlock, ...]:
+        return ()
+
+
+def test_list_follows_new_snapshots(sock: str) -> None:
+    view = _ChangingView()
+    server = PodResourcesServer(PodResourcesService(view), sock)
+    server.start()
+    c = RawPodResourcesClient(sock)
+    try:
+        assert [p["name"] for p in c.list()] == ["web"]
+        assert [p["name"] for p in c.list()] == ["web"]
+        view.snapshot = (CLASSIC, POD)
+        assert [p["name"] for p in c.list()] == ["web", "db"]
+        view.snapshot = ()
+        assert c.list() == []
+    finally:
+        c.close()
+        server.stop()
