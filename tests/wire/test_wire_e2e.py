@@ -18,7 +18,7 @@ from nri_plrm.nri import events as ev
 from nri_plrm.nri.stub import NRIError, Stub
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.ttrpc.messages import Code, TtrpcError
-from nri_plrm.ttrpc.transport import ChannelClosed
+from nri_plrm.ttrpc.transport import ChannelClosed, connect_unix
 
 T = TypeVar("T")
 
@@ -676,6 +676,46 @@ def test_containerd_2_2_mixes_dedicated_rpcs_and_state_change(sock_path: str) ->
         ]
         await stub.stop()
         await task
+        await sim.close()
+
+    run(scenario)
+
+
+def test_simulator_falls_back_to_state_change_after_unimplemented(sock_path: str) -> None:
+    seen: list[int] = []
+
+    async def configure(req: Any) -> bytes:
+        return api.ConfigureResponse(events=0x7FF).SerializeToString()
+
+    async def synchronize(req: Any) -> bytes:
+        return b""
+
+    async def state_change(req: Any) -> bytes:
+        seen.append(api.StateChangeEvent.FromString(req.payload).event)
+        return b""
+
+    async def scenario() -> None:
+        sim = await NRISimulator.start(sock_path)
+        methods = {"Configure": configure, "Synchronize": synchronize, "StateChange": state_change}
+        channel = await connect_unix(
+            sock_path,
+            server_conn=1,
+            client_conn=2,
+            handlers={ev.SERVICE_PLUGIN: methods},
+        )
+        reg = api.RegisterPluginRequest(plugin_name="old-go-stub", plugin_idx="01")
+        await channel.call(ev.SERVICE_RUNTIME, "RegisterPlugin", reg.SerializeToString(), 5.0)
+        session = await sim.wait_registered()
+        await sim.run_pod_sandbox(POD)
+        await sim.start_container(POD, CTR)
+        assert session.state_change_fallback
+        assert seen == [api.RUN_POD_SANDBOX, api.START_CONTAINER]
+        assert [r.method for r in sim.records][2:] == [
+            "RunPodSandbox",
+            "StateChange",
+            "StateChange",
+        ]
+        channel.close()
         await sim.close()
 
     run(scenario)
