@@ -13,8 +13,9 @@ What is read, under the sysfs root (``/sys`` by default):
 - ``devices/system/cpu/cpuN/cache/index*/{level,id,shared_cpu_list}`` of the lowest CPU of each
   core: the first cache above level 2 that is *not* shared by all the CPUs of the NUMA node
   gives the uncore (L3) id; a cache that spans the whole node is a node cache (cadvisor's rule)
-  and then, as when there is no cache information, the uncore id is the socket id. A cache
-  without an ``id`` file is named after the lowest CPU that shares it.
+  and then, as when there is no cache information, the uncore id is the socket id. An uncore
+  cache without an ``id`` file (kernels before 4.11) also gives the socket id: cadvisor drops
+  the cache information of a node whose caches have no id.
 - ``devices/system/node/online`` (or the ``nodeN`` directories) and per node ``cpulist``,
   ``distance`` (one value per node in ascending id order), ``meminfo`` (``MemTotal``) and
   ``hugepages/hugepages-<kB>kB/nr_hugepages`` (resource ``hugepages-2Mi``, ``hugepages-1Gi``...,
@@ -220,9 +221,7 @@ def _uncore_id(cpu_root: str, first_cpu: int, node_threads: int) -> int | None:
             continue
         id_path = os.path.join(path, "id")
         id_text = read_text(id_path)
-        if id_text is not None:
-            return parse_id(id_path, id_text)
-        return shared.first() if shared else first_cpu
+        return None if id_text is None else parse_id(id_path, id_text)
     return None
 
 

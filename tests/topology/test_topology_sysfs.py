@@ -205,7 +205,7 @@ def test_uncore_cache_ids(sysfs_root: Path) -> None:
     put(sysfs_root, f"{CPU}/online", "0-5")
     for cpu in range(6):
         put(sysfs_root, f"{CPU}/cpu{cpu}/topology/core_id", str(cpu))
-        put(sysfs_root, f"{CPU}/cpu{cpu}/topology/physical_package_id", "0")
+        put(sysfs_root, f"{CPU}/cpu{cpu}/topology/physical_package_id", str(int(cpu in (2, 3))))
         put(sysfs_root, f"{CPU}/cpu{cpu}/cache/index0/level", "2")
         put(sysfs_root, f"{CPU}/cpu{cpu}/cache/index0/shared_cpu_list", str(cpu))
     for cpu in (0, 1):
@@ -214,7 +214,7 @@ def test_uncore_cache_ids(sysfs_root: Path) -> None:
         write_l3(sysfs_root, cpu, 3, "2-3", None)
     write_l3(sysfs_root, 4, 3, "0-5", "9")
     found = discover(str(sysfs_root))
-    assert [found.cpu_info[c].l3 for c in range(6)] == [7, 7, 2, 2, 0, 0]
+    assert [found.cpu_info[c].l3 for c in range(6)] == [7, 7, 1, 1, 0, 0]
 
 
 def test_garbage_uncore_cache_id(sysfs_root: Path) -> None:
