@@ -297,9 +297,19 @@ def _table_memory(source: str, raw: object) -> dict[int, dict[str, int]]:
                 raise TopologyError(f"{where}: {exc}") from exc
             if size < 0:
                 raise TopologyError(f"{where}: {quantity!r} must not be negative")
-            node_memory[name] = size
+            canonical = _canonical_resource(name)
+            if canonical in node_memory:
+                raise TopologyError(f"{where}: the same memory type as {canonical!r}, given twice")
+            node_memory[canonical] = size
         memory[node] = node_memory
     return memory
+
+
+def _canonical_resource(name: str) -> str:
+    """``hugepages-2048Ki`` -> ``hugepages-2Mi`` (the kubelet's resource name)."""
+    if name == MEMORY:
+        return name
+    return f"hugepages-{format_bytes(memory_bytes(name.partition('-')[2]))}"
 
 
 def _table_distances(source: str, raw: object, node_ids: list[int]) -> dict[int, dict[int, int]]:

@@ -159,7 +159,7 @@ def test_cpu_table_both_memory_forms_and_distances() -> None:
                 {"cpu": 1, "core": 0, "socket": 0, "numa": 0, "l3": 7, "die": 1},
                 {"cpu": 2, "core": 2, "socket": 1, "numa": 1},
             ],
-            "memory": {"0": "16Gi", "1": {"memory": "8Gi", "hugepages-2Mi": "1Gi"}, "2": "4Gi"},
+            "memory": {"0": "16Gi", "1": {"memory": "8Gi", "hugepages-2048Ki": "1Gi"}, "2": "4Gi"},
             "distances": {"0": [10, 21, 31], "1": {"0": 21, "1": 10}},
         }
     )
@@ -198,6 +198,10 @@ def cpu(n: int, **extra: Any) -> dict[str, Any]:
         ({"cpus": [cpu(0)], "memory": {"0": 1.5}}, "1.5 must be a quantity"),
         ({"cpus": [cpu(0)], "memory": {"0": "-1Gi"}}, "must not be negative"),
         ({"cpus": [cpu(0)], "memory": {"0": {"ram": "1Gi"}}}, "unknown memory type"),
+        (
+            {"cpus": [cpu(0)], "memory": {"0": {"hugepages-1Gi": "1Gi", "hugepages-1024Mi": "0"}}},
+            "the same memory type as 'hugepages-1Gi', given twice",
+        ),
         ({"cpus": [cpu(0)], "distances": {"0": [10, 20]}}, "2 values; the row needs one per"),
         ({"cpus": [cpu(0)], "distances": {"1": [10]}}, "node 1 has no cpus and no memory"),
         ({"cpus": [cpu(0)], "distances": {"0": {"3": 10}}}, "node 3 is not a NUMA node"),
