@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import combinations
 from typing import Any
 
 from nri_plrm.engine.bitmask import bits, is_narrower_than, iterate_bitmasks, mask_of
@@ -26,6 +27,7 @@ from nri_plrm.engine.cpu_requests import (
     is_container_equivalent_guaranteed,
     pod_qos,
 )
+from nri_plrm.engine.topology_manager import HintList
 from nri_plrm.engine.types import (
     EMPTY_POD_SHARED_POOL_ERROR,
     MEMORY,
@@ -43,6 +45,8 @@ from nri_plrm.topology.model import Topology
 
 POLICY_NONE = "None"
 POLICY_STATIC = "Static"
+_SHAPE_CACHE_SIZE = 256
+"""Hint lists kept per machine-state shape (see :meth:`MemoryManager.calculate_hints`)."""
 STATE_FORMAT = 1
 """Version of :meth:`MemoryManager.to_dict`'s layout."""
 
@@ -182,6 +186,13 @@ class MemoryManager:
         self._shared: dict[str, set[str]] = {}
         """Containers of pod-level pods that sit on the pod shared pool (incremental mode)."""
         self._numa_ids = topology.numa_ids
+        self._masks = [(m, bits(m)) for m in iterate_bitmasks(self._numa_ids)]
+        self._min_affinity_cache: dict[tuple[tuple[str, int], ...], int] = {}
+        self._hint_cache: dict[tuple[int, bool], TopologyHint] = {}
+        self._shape_cache: dict[Any, HintList] = {}
+        self._all_masks_cache: dict[
+            tuple[tuple[tuple[str, int], ...], int], list[TopologyHint]
+        ] = {}
 
     @property
     def static(self) -> bool:
@@ -301,45 +312,121 @@ class MemoryManager:
     def _reusable_for(self, pod_uid: str, mask: int, name: str) -> int:
         return self._reusable.get(pod_uid, {}).get(mask, {}).get(name, 0)
 
+    def _min_affinity(self, requests: Mapping[str, int]) -> int:
+        """The narrowest width of any mask whose allocatable memory fits every requested type
+        (busy or not), as ``calculateHints`` computes it; cached (allocatable never changes)."""
+        key = tuple(requests.items())
+        cached = self._min_affinity_cache.get(key)
+        if cached is not None:
+            return cached
+        ids = self._numa_ids
+        result = len(ids)
+        for width in range(1, len(ids) + 1):
+            if any(
+                all(sum(self._allocatable(n, name) for n in combo) >= size for name, size in key)
+                for combo in combinations(ids, width)
+            ):
+                result = width
+                break
+        self._min_affinity_cache[key] = result
+        return result
+
+    def _hint(self, mask: int, preferred: bool) -> TopologyHint:
+        key = (mask, preferred)
+        hint = self._hint_cache.get(key)
+        if hint is None:
+            hint = self._hint_cache[key] = TopologyHint(mask, preferred)
+        return hint
+
+    def _fits(
+        self, nodes: Iterable[int], requests: Mapping[str, int], reusable: Mapping[str, int]
+    ) -> bool:
+        nodes = tuple(nodes)
+        for name, size in requests.items():
+            if sum(self._allocatable(n, name) for n in nodes) < size:
+                return False
+            if sum(self._free(n, name) for n in nodes) + reusable.get(name, 0) < size:
+                return False
+        return True
+
     def calculate_hints(
         self, pod: PodSpec, requests: Mapping[str, int]
     ) -> dict[str, list[TopologyHint]]:
         """``calculateHints``: every NUMA mask with enough allocatable, group-compatible and free
-        memory for all requested types; preferred = the narrowest width that could ever fit."""
+        memory for all requested types, in ``IterateBitMasks`` order; preferred = the narrowest
+        width any mask's allocatable memory could hold.
+
+        The group rules leave few masks to test: single nodes outside multi-NUMA groups, the
+        existing groups, and sets of nodes without any assignment (where free equals
+        allocatable, so when each of them fits alone every such set fits). Without
+        init-container reuse the answer depends only on the request, the fitting single nodes
+        and groups and the unused nodes with their free memory, so it is cached by that shape.
+        The returned lists are shared between types and cached: callers must not mutate them.
+        """
         ms = self.machine_state
-        min_affinity = len(self._numa_ids)
-        found: list[int] = []
-        for mask in iterate_bitmasks(self._numa_ids):
-            nodes = bits(mask)
-            if any(
-                sum(self._allocatable(n, name) for n in nodes) < size
-                for name, size in requests.items()
-            ):
-                continue
-            width = len(nodes)
-            min_affinity = min(min_affinity, width)
-            single = width == 1
-            if single and len(ms[nodes[0]].cells) > 1:
-                continue
-            if not single and any(
-                ms[n].number_of_assignments > 0
-                and (len(ms[n].cells) == 1 or sorted(ms[n].cells) != list(nodes))
-                for n in nodes
-            ):
-                continue
-            if any(
-                sum(self._free(n, name) for n in nodes) + self._reusable_for(pod.uid, mask, name)
-                < size
-                for name, size in requests.items()
-            ):
-                continue
-            found.append(mask)
-        if not found:
+        ids = self._numa_ids
+        reusable = self._reusable.get(pod.uid, {})
+        min_affinity = self._min_affinity(requests)
+        unused = [n for n in ids if ms[n].number_of_assignments == 0]
+        no_reuse = not any(reusable.values())
+        every_single_fits = all(self._fits((n,), requests, {}) for n in ids)
+        if len(unused) == len(ids) and every_single_fits and no_reuse:
+            key = (tuple(requests.items()), min_affinity)
+            cached = self._all_masks_cache.get(key)
+            if cached is None:
+                cached = HintList(
+                    self._hint(m, m.bit_count() == min_affinity) for m, _ in self._masks
+                )
+                self._all_masks_cache[key] = cached
+            return {name: cached for name in requests} if cached else {}
+        singles = tuple(
+            n
+            for n in ids
+            if len(ms[n].cells) == 1 and self._fits((n,), requests, reusable.get(1 << n, {}))
+        )
+        groups = tuple(
+            sorted(
+                g
+                for g in {mask_of(ms[n].cells) for n in ids if len(ms[n].cells) > 1}
+                if all(
+                    sorted(ms[n].cells) == list(bits(g))
+                    for n in bits(g)
+                    if ms[n].number_of_assignments
+                )
+                and self._fits(bits(g), requests, reusable.get(g, {}))
+            )
+        )
+        unused_free = tuple(self._free(n, name) for n in unused for name in requests)
+        shape = (tuple(requests.items()), min_affinity, singles, tuple(unused), unused_free, groups)
+        if no_reuse:
+            cached = self._shape_cache.get(shape)
+            if cached is not None:
+                return {name: cached for name in requests} if cached else {}
+        by_width: dict[int, list[int]] = {}
+        if singles:
+            by_width[1] = [1 << n for n in singles]
+        all_unused_fit = no_reuse and all(self._fits((n,), requests, {}) for n in unused)
+        for width in range(2, len(unused) + 1):
+            for combo in combinations(unused, width):
+                mask = mask_of(combo)
+                if all_unused_fit or self._fits(combo, requests, reusable.get(mask, {})):
+                    by_width.setdefault(width, []).append(mask)
+        for group in groups:
+            row = by_width.setdefault(group.bit_count(), [])
+            row.append(group)
+            row.sort(key=bits)
+        hints = HintList(
+            self._hint(m, width == min_affinity)
+            for width in sorted(by_width)
+            for m in by_width[width]
+        )
+        if no_reuse:
+            if len(self._shape_cache) >= _SHAPE_CACHE_SIZE:
+                self._shape_cache.clear()
+            self._shape_cache[shape] = hints
+        if not hints:
             return {}
-        return {
-            name: [TopologyHint(m, m.bit_count() == min_affinity) for m in found]
-            for name in requests
-        }
+        return {name: hints for name in requests}
 
     @staticmethod
     def _regenerate(blocks: list[_Block], requests: Mapping[str, int]) -> HintMap | None:

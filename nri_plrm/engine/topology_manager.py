@@ -14,6 +14,7 @@ a total order the order only matters for identical values, which are interchange
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -129,6 +130,20 @@ class TopologyManagerConfig:
         return cls(policy, scope, prefer, max_nodes)
 
 
+class HintList(list[TopologyHint]):
+    """A hint list that knows its preferred masks, computed once.
+
+    Providers that return long, cached lists (65,535 masks on 16 NUMA nodes) use it so the
+    merge does not scan them again on every call. Do not mutate it after construction.
+    """
+
+    def __init__(self, hints: Iterable[TopologyHint] = ()) -> None:
+        super().__init__(hints)
+        raw = {h.numa_affinity for h in self if h.preferred}
+        self.preferred_nil = None in raw
+        self.preferred_masks = frozenset(m for m in raw if m is not None)
+
+
 class HintProvider(Protocol):
     """What the CPU and memory managers offer the topology manager."""
 
@@ -149,13 +164,15 @@ class HintProvider(Protocol):
         ...
 
 
-def filter_providers_hints(hint_maps: Iterable[HintMap | None]) -> list[list[TopologyHint]]:
+def filter_providers_hints(
+    hint_maps: Iterable[HintMap | None],
+) -> list[Sequence[TopologyHint]]:
     """``filterProvidersHints``: one hint list per (provider, resource), in provider order.
 
     A provider with no map (None or empty) or a resource with a None list contributes
     ``[{nil, preferred}]``; an empty list contributes ``[{nil, not preferred}]``.
     """
-    out: list[list[TopologyHint]] = []
+    out: list[Sequence[TopologyHint]] = []
     for hints in hint_maps:
         if not hints:
             out.append([NO_PREFERENCE])
@@ -166,11 +183,13 @@ def filter_providers_hints(hint_maps: Iterable[HintMap | None]) -> list[list[Top
             elif not resource_hints:
                 out.append([UNSATISFIABLE])
             else:
-                out.append(list(resource_hints))
+                out.append(resource_hints)
     return out
 
 
-def filter_single_numa_hints(lists: Sequence[Sequence[TopologyHint]]) -> list[list[TopologyHint]]:
+def filter_single_numa_hints(
+    lists: Sequence[Sequence[TopologyHint]],
+) -> list[Sequence[TopologyHint]]:
     """``filterSingleNumaHints``: keep preferred hints that name no node or exactly one."""
     return [
         [
@@ -246,27 +265,37 @@ def merge_hints(
 def _best_preferred(
     lists: Sequence[Sequence[TopologyHint]], default_affinity: int, fit_key: FitKey
 ) -> int | None:
-    """The fittest merged mask among permutations the kubelet would mark preferred, or None."""
-    pref_masks: list[set[int]] = []
-    pref_nil: list[bool] = []
+    """The fittest merged mask among permutations the kubelet would mark preferred, or None.
+
+    Such a permutation picks one mask ``m`` (or no mask at all) preferred by every list, or a
+    preferred nil hint from a list; so the candidates are the intersection of the preferred
+    masks of the lists that have no preferred nil hint.
+    """
+    constraining: list[AbstractSet[int]] = []
+    offered: set[int] = set()
     for hints in lists:
-        masks: set[int] = set()
-        nil = False
-        for h in hints:
-            if not h.preferred:
-                continue
-            if h.numa_affinity is None:
-                nil = True
-            else:
-                masks.add(h.numa_affinity)
-        pref_masks.append(masks)
-        pref_nil.append(nil)
-    candidates: set[int] = set()
-    if all(pref_nil):
-        candidates.add(default_affinity)
-    for mask in set().union(*pref_masks):
-        if all(mask in ms or nil for ms, nil in zip(pref_masks, pref_nil, strict=True)):
-            candidates.add(mask & default_affinity)
+        if isinstance(hints, HintList):
+            masks: AbstractSet[int] = hints.preferred_masks
+            nil = hints.preferred_nil
+        else:
+            raw = {h.numa_affinity for h in hints if h.preferred}
+            masks = {m for m in raw if m is not None}
+            nil = None in raw
+        if nil:
+            offered |= masks
+        else:
+            constraining.append(masks)
+    candidates: set[int]
+    if constraining:
+        constraining.sort(key=len)
+        candidates = set(constraining[0])
+        for masks in constraining[1:]:
+            candidates &= masks
+            if not candidates:
+                return None
+    else:
+        candidates = offered | {default_affinity}
+    candidates = {m & default_affinity for m in candidates}
     candidates.discard(0)
     if not candidates:
         return None

@@ -8,13 +8,14 @@ failure, extended preferred failure, multi-NUMA). Pod-level (KEP-5526) cases fol
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.engine.bitmask import mask_of
+from nri_plrm.engine.bitmask import bits, iterate_bitmasks, mask_of
 from nri_plrm.engine.memory_manager import (
     MemoryManager,
     MemoryManagerConfig,
@@ -425,3 +426,69 @@ def test_allocatable_lists_every_node_and_type() -> None:
         MemoryBlock((1,), "memory", 1536 * MB),
         MemoryBlock((1,), HP, GB),
     ]
+
+
+# --- calculate_hints equals the kubelet's literal walk ---------------------------------------
+
+
+def literal_hints(
+    mm: MemoryManager, requests: dict[str, int], reusable: dict[int, dict[str, int]]
+) -> dict[str, list[TopologyHint]]:
+    """``calculateHints`` transcribed step by step over every mask."""
+    ms = mm.machine_state
+    ids = sorted(ms)
+    min_affinity = len(ids)
+    found: list[int] = []
+    for mask in iterate_bitmasks(ids):
+        nodes = bits(mask)
+        table = {n: ms[n].memory_map for n in nodes}
+        if any(
+            sum(table[n][t].allocatable if t in table[n] else 0 for n in nodes) < s
+            for t, s in requests.items()
+        ):
+            continue
+        min_affinity = min(min_affinity, len(nodes))
+        if len(nodes) == 1 and len(ms[nodes[0]].cells) > 1:
+            continue
+        if len(nodes) > 1 and any(
+            ms[n].number_of_assignments > 0
+            and (len(ms[n].cells) == 1 or sorted(ms[n].cells) != list(nodes))
+            for n in nodes
+        ):
+            continue
+        if any(
+            sum(table[n][t].free if t in table[n] else 0 for n in nodes)
+            + reusable.get(mask, {}).get(t, 0)
+            < s
+            for t, s in requests.items()
+        ):
+            continue
+        found.append(mask)
+    if not found:
+        return {}
+    return {t: [TopologyHint(m, m.bit_count() == min_affinity) for m in found] for t in requests}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    placements=st.lists(
+        st.tuples(st.integers(1, 12), st.integers(1, 15), st.booleans()), max_size=8
+    ),
+    request=st.integers(1, 20),
+    hugepages=st.booleans(),
+)
+def test_calculate_hints_equals_literal_walk(
+    placements: list[tuple[int, int, bool]], request: int, hugepages: bool
+) -> None:
+    mm = MemoryManager(machine(4, memory=6 * GB, pages=2), reserved(4))
+    for i, (gigs, mask, hp) in enumerate(placements):
+        req: dict[str, int] = {"cpu": 1000, "memory": gigs * GB}
+        if hp:
+            req[HP] = GB
+        with contextlib.suppress(AdmissionError):
+            allocate(mm, pod(f"p{i}", "c", req), TopologyHint(mask, False))
+    requests = {"memory": request * GB // 2}
+    if hugepages:
+        requests[HP] = GB
+    probe = pod("probe", "c", {"cpu": 1000, **requests})
+    assert mm.calculate_hints(probe, requests) == literal_hints(mm, requests, {})

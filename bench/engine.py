@@ -1,0 +1,95 @@
+"""Engine latency: admit-and-allocate per container with 200 live pods, and state size.
+
+Machines: the kubelet's 256-CPU / 8-NUMA EPYC layout (``topoDualSocketMultiNumaPerSocketHTLarge``
+with 64Gi per NUMA node) and the 1,024-CPU / 16-NUMA synthetic machine. Topology policy
+``restricted``, scope ``pod``, one reserved CPU. The workload keeps 200 pods alive and replaces
+the oldest pod with a new one, the way the NRI plugin sees them: ``admit_sandbox`` with the
+budget, then ``add_container`` per container. A quarter of the pods carry pod-level resources
+(2-CPU budget: one 1-CPU exclusive container and one shared sidecar); the others are classic
+Guaranteed 1-CPU pods with the aggregate as sandbox hint. Each sample is one container's
+``add_container`` plus its share of the pod's ``admit_sandbox``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from bench.common import main, percentile
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.cpu_manager import CPUManagerConfig
+from nri_plrm.engine.engine import Engine, EngineConfig
+from nri_plrm.engine.memory_manager import MemoryManagerConfig
+from nri_plrm.engine.topology_manager import TopologyManagerConfig
+from nri_plrm.engine.types import ContainerSpec, PodSpec
+from nri_plrm.topology.machines import MACHINES
+from nri_plrm.topology.model import Topology
+from nri_plrm.topology.synthetic import with_memory
+
+GI = 1024**3
+LIVE_PODS = 200
+MEASURED_PODS = 300
+
+
+def _config(topology: Topology) -> EngineConfig:
+    return EngineConfig(
+        topology_manager=TopologyManagerConfig(
+            "restricted", "pod", max_allowable_numa_nodes=max(8, topology.num_numa_nodes)
+        ),
+        cpu_manager=CPUManagerConfig(reserved_cpus=CPUSet([0])),
+        memory_manager=MemoryManagerConfig(reserved={0: {"memory": GI}}),
+    )
+
+
+def _pod(i: int) -> tuple[PodSpec, tuple[ContainerSpec, ...], dict[str, int] | None]:
+    one = {"cpu": 1000, "memory": GI}
+    if i % 4 == 0:
+        budget = {"cpu": 2000, "memory": 2 * GI}
+        pod = PodSpec(uid=f"pod-{i}", name=f"pod-{i}", requests=budget, limits=budget)
+        return pod, (ContainerSpec("sidecar"), ContainerSpec("main", requests=one, limits=one)), None
+    pod = PodSpec(uid=f"pod-{i}", name=f"pod-{i}")
+    return pod, (ContainerSpec("main", requests=one, limits=one),), one
+
+
+def _place(engine: Engine, i: int, samples: list[float] | None) -> None:
+    pod, containers, aggregate = _pod(i)
+    start = time.perf_counter()
+    engine.admit_sandbox(pod, aggregate)
+    sandbox = time.perf_counter() - start
+    for c in containers:
+        start = time.perf_counter()
+        engine.add_container(pod, c)
+        took = time.perf_counter() - start + sandbox / len(containers)
+        if samples is not None:
+            samples.append(took * 1000)
+
+
+def measure(topology: Topology) -> tuple[list[float], Engine]:
+    """Per-container latencies (ms) in steady state with LIVE_PODS pods, and the engine."""
+    engine = Engine(topology, _config(topology))
+    for i in range(LIVE_PODS):
+        _place(engine, i, None)
+    samples: list[float] = []
+    for i in range(LIVE_PODS, LIVE_PODS + MEASURED_PODS):
+        engine.remove_pod(f"pod-{i - LIVE_PODS}")
+        _place(engine, i, samples)
+    return samples, engine
+
+
+def run() -> dict[str, float]:
+    """The figures of this benchmark."""
+    epyc = with_memory(MACHINES["topoDualSocketMultiNumaPerSocketHTLarge"], {"memory": 64 * GI})
+    samples_256, engine = measure(epyc)
+    state_kb = len(json.dumps(engine.snapshot()).encode()) / 1024
+    samples_1024, _ = measure(MACHINES["synthetic1024"])
+    return {
+        "engine_p50_ms_256cpu": percentile(samples_256, 50),
+        "engine_p99_ms_256cpu": percentile(samples_256, 99),
+        "engine_p50_ms_1024cpu": percentile(samples_1024, 50),
+        "engine_p99_ms_1024cpu": percentile(samples_1024, 99),
+        "engine_state_kb_200pods": state_kb,
+    }
+
+
+if __name__ == "__main__":
+    main(run)
