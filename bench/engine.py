@@ -46,7 +46,8 @@ def _pod(i: int) -> tuple[PodSpec, tuple[ContainerSpec, ...], dict[str, int] | N
     if i % 4 == 0:
         budget = {"cpu": 2000, "memory": 2 * GI}
         pod = PodSpec(uid=f"pod-{i}", name=f"pod-{i}", requests=budget, limits=budget)
-        return pod, (ContainerSpec("sidecar"), ContainerSpec("main", requests=one, limits=one)), None
+        containers = (ContainerSpec("sidecar"), ContainerSpec("main", requests=one, limits=one))
+        return pod, containers, None
     pod = PodSpec(uid=f"pod-{i}", name=f"pod-{i}")
     return pod, (ContainerSpec("main", requests=one, limits=one),), one
 
