@@ -5,7 +5,10 @@
 #   3. install it with dpkg into a scratch root (maintainer scripts run chrootless with
 #      DPKG_ROOT), then, in a private mount namespace where the scratch root's /usr, /opt and /etc
 #      are overlaid on the machine's (the machine itself is not changed), run the installed
-#      `nri-plrm version`, `check-config` and `simulate /usr/share/nri-plrm/examples/*.yaml`;
+#      `nri-plrm version`, `check-config`, `topology` and
+#      `simulate /usr/share/nri-plrm/examples/*.yaml`, then start the installed plugin the way
+#      the unit does against a simulated containerd (scripts/ci-packaging-live.py: READY=1,
+#      /healthz, a seed pod pinned, `nri-plrm state`, reload, STOPPING=1);
 #   4. `systemd-analyze verify` the unit with the installed ExecStart binary in place;
 #   5. purge the package and check the scratch root is clean;
 #   6. run tests/packaging with the Helm chart renderer required (no skips).
@@ -62,6 +65,7 @@ fi
 cat > "$work/installed-checks.sh" <<'CHECKS'
 set -euo pipefail
 root="$1"
+ci_python="$3"
 for dir in usr opt etc; do
     mount -t overlay overlay -o "lowerdir=$root/$dir:/$dir" "/$dir"
 done
@@ -73,11 +77,15 @@ set -x
 nri-plrm version
 nri-plrm check-config /etc/nri-plrm/config.toml
 nri-plrm simulate /usr/share/nri-plrm/examples/*.yaml
+nri-plrm topology
 nri-plrm simulate --output json /usr/share/nri-plrm/examples/*.yaml > "$2/simulate.json"
 systemd-analyze verify "$root/lib/systemd/system/nri-plrm.service"
+"$ci_python" "$repo/scripts/ci-packaging-live.py" "$2/live" \
+    "$root/lib/systemd/system/nri-plrm.service"
 CHECKS
 log "running the installed nri-plrm"
-unshare --mount --propagation private bash "$work/installed-checks.sh" "$root" "$work"
+repo="$repo" unshare --mount --propagation private \
+    bash "$work/installed-checks.sh" "$root" "$work" "$(command -v python)"
 /usr/bin/python3 - "$work/simulate.json" <<'PY'
 import json, sys
 result = json.load(open(sys.argv[1]))
