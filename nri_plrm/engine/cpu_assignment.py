@@ -143,14 +143,6 @@ class TopologyIndex:
             out.update(self.numa_sockets.get(node, ()))
         return tuple(sorted(out))
 
-    def numa_mask_of_cpus(self, mask: int) -> int:
-        """NUMA affinity bitmask covering every CPU of ``mask``."""
-        out = 0
-        for node, cpus in self.numa_mask.items():
-            if cpus & mask:
-                out |= 1 << node
-        return out
-
     def siblings_mask(self, mask: int) -> int:
         """All SMT siblings of the CPUs in ``mask`` (whole cores)."""
         out = 0
