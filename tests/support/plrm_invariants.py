@@ -7,16 +7,17 @@ from plrm_runtime import FakeRuntime
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.engine import Engine
 from nri_plrm.engine.types import AssignmentType
+from nri_plrm.proto import nri_api_pb2 as api
 
 EXCLUSIVE = (AssignmentType.NODE_EXCLUSIVE, AssignmentType.POD_EXCLUSIVE)
 
 
 def exclusive_cpus(runtime: FakeRuntime) -> dict[str, CPUSet]:
-    """Container id -> applied cpuset, for running containers pinned with quota -1."""
+    """Container id -> applied cpuset, for live containers pinned with quota -1."""
     return {
         cid: rc.cpus
         for cid, rc in runtime.containers.items()
-        if rc.applied.quota == -1 and rc.applied.cpus
+        if rc.applied.quota == -1 and rc.applied.cpus and rc.msg.state != api.CONTAINER_STOPPED
     }
 
 
@@ -44,12 +45,14 @@ def check(
                 problems.append(f"cpu {cpu} exclusive to both {seen[cpu]} and {cid}")
             seen[cpu] = cid
     for cid, rc in runtime.containers.items():
+        if rc.msg.state == api.CONTAINER_STOPPED:
+            continue  # exited: not reported by Synchronize, released on reconnect
         uid = rc.msg.labels.get("io.kubernetes.pod.uid", "")
         want = engine.assignment(uid, rc.msg.name)
         if want is None:
             problems.append(f"container {cid} ({rc.msg.name}) unknown to the engine")
             continue
-        if rc.msg.state != 4 and rc.cpus != want.cpus:
+        if rc.cpus != want.cpus:
             problems.append(f"container {cid}: applied {rc.cpus}, decided {want.cpus}")
     for cid, cpus in (before or {}).items():
         rc = runtime.containers.get(cid)

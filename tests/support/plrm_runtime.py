@@ -77,6 +77,7 @@ class FakeRuntime:
 
     async def run_pod(self, spec: PodSpec) -> api.PodSandbox:
         """RunPodSandbox; raises the simulator's error when the plugin rejects the pod."""
+        self.apply_unsolicited()
         msg = nri_pod_sandbox(spec)
         await call(self.sim.run_pod_sandbox(msg))  # type: ignore[attr-defined]
         self.pods[msg.id] = msg
@@ -86,6 +87,7 @@ class FakeRuntime:
         self, pod: api.PodSandbox, spec: PodSpec, ctr: ContainerSpec, *, attempt: int = 0
     ) -> api.CreateContainerResponse:
         """CreateContainer and apply the adjustment and the updates of the reply."""
+        self.apply_unsolicited()
         self._clock += 1
         msg = nri_container(
             spec, ctr, attempt=attempt, state=api.CONTAINER_CREATED, created_at=self._clock
@@ -129,6 +131,7 @@ class FakeRuntime:
 
     async def stop(self, cid: str) -> None:
         """The container exited: StopContainer, apply the reply's updates."""
+        self.apply_unsolicited()
         rc = self.containers[cid]
         rc.msg.state = api.CONTAINER_STOPPED
         resp = await call(self.sim.stop_container(self.pods[rc.msg.pod_sandbox_id], rc.msg))  # type: ignore[attr-defined]
@@ -137,6 +140,7 @@ class FakeRuntime:
 
     async def update(self, cid: str, resources: api.LinuxResources) -> api.UpdateContainerResponse:
         """UpdateContainer as the kubelet asks; the reply's entries are applied on top."""
+        self.apply_unsolicited()
         rc = self.containers[cid]
         _apply(rc.applied, resources)
         resp = await self.sim.update_container(  # type: ignore[attr-defined]
@@ -147,6 +151,7 @@ class FakeRuntime:
         return resp
 
     async def remove(self, cid: str) -> None:
+        self.apply_unsolicited()
         rc = self.containers.pop(cid)
         await call(self.sim.remove_container(self.pods[rc.msg.pod_sandbox_id], rc.msg))  # type: ignore[attr-defined]
 
@@ -169,7 +174,10 @@ class FakeRuntime:
                 _apply(rc.applied, u.linux.resources)
 
     def apply_unsolicited(self) -> int:
-        """Apply UpdateContainers requests received since the last call; returns how many."""
+        """Apply UpdateContainers requests received since the last call; returns how many.
+
+        Called before every event this runtime sends, so updates are applied in arrival order
+        relative to the replies, as containerd applies them on receipt."""
         new = self.sim.unsolicited[self._seen_unsolicited :]  # type: ignore[attr-defined]
         self._seen_unsolicited += len(new)
         for req in new:
@@ -189,6 +197,7 @@ class FakeRuntime:
     def sync_lists(self) -> tuple[list[api.PodSandbox], list[api.Container]]:
         """What Synchronize reports: every pod, and containers that have not exited, with the
         resources applied to them."""
+        self.apply_unsolicited()
         ctrs = []
         for rc in sorted(self.containers.values(), key=lambda r: r.created_at):
             if rc.msg.state == api.CONTAINER_STOPPED:
