@@ -10,7 +10,8 @@ per-call free-CPU counts of every mask are built by doubling lists instead of a 
 from __future__ import annotations
 
 import weakref
-from itertools import combinations
+from collections.abc import Iterable
+from itertools import combinations, compress
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_assignment import TopologyIndex, topology_index
@@ -22,7 +23,7 @@ def _by_doubling(values: list[int]) -> list[int]:
     """``out[m]`` = sum of ``values[i]`` for the bits ``i`` set in ``m`` (index space)."""
     out = [0]
     for value in values:
-        out += [x + value for x in out]
+        out += list(map(value.__add__, out))
     return out
 
 
@@ -47,7 +48,33 @@ class _MaskTable:
         )
         totals = sorted((index.numa_size[node] for node in ids), reverse=True)
         self._totals_desc = totals
+        self._choices: dict[tuple[int, bool], list[TopologyHint]] = {}
         self.every_mask: dict[tuple[int, bool], list[TopologyHint]] = {}
+
+    def choice(self, narrowest: int, align_by_socket: bool) -> list[TopologyHint]:
+        """The hint each index mask yields (preferred or not) for this narrowest width."""
+        key = (narrowest, align_by_socket)
+        chosen = self._choices.get(key)
+        if chosen is None:
+            plain, preferred = self.hints
+            chosen = [
+                preferred[m] if self._preferred(m, narrowest, align_by_socket) else plain[m]
+                for m in range(len(self.real))
+            ]
+            self._choices[key] = chosen
+        return chosen
+
+    def _preferred(self, m: int, narrowest: int, align_by_socket: bool) -> bool:
+        if self.width[m] == narrowest:
+            return True
+        if not align_by_socket:
+            return False
+        index = self.index
+        per_socket = index.num_numa_nodes // index.num_sockets
+        if per_socket == 0:
+            return False
+        min_sockets = (narrowest + per_socket - 1) // per_socket
+        return len(index.sockets_of_numa_mask(self.real[m])) == min_sockets
 
     def min_affinity(self, request: int) -> int:
         """Fewest NUMA nodes whose CPUs (all of them, busy or not) can hold ``request``."""
@@ -95,31 +122,20 @@ def generate_cpu_hints(
             return []
     needed = request - len(reusable)
     narrowest = table.min_affinity(request)
+    chosen = table.choice(narrowest, align_by_socket)
     if required == 0 and all(count >= needed for count in per_node):
         # Every single node qualifies, so every mask does: the answer depends on the width only.
         key = (narrowest, align_by_socket)
         cached = table.every_mask.get(key)
         if cached is None:
-            cached = _hints(topology, table, table.order, narrowest, align_by_socket)
+            cached = list(map(chosen.__getitem__, table.order))
             table.every_mask[key] = cached
         return list(cached)
     free = _by_doubling(per_node)
-    kept = [m for m in table.order if free[m] >= needed and m & required == required]
-    return _hints(topology, table, kept, narrowest, align_by_socket)
-
-
-def _hints(
-    topology: Topology, table: _MaskTable, kept: list[int], narrowest: int, align_by_socket: bool
-) -> list[TopologyHint]:
-    index = table.index
-    plain, preferred = table.hints
-    width = table.width
-    if not align_by_socket:
-        return [preferred[m] if width[m] == narrowest else plain[m] for m in kept]
-    per_socket = index.num_numa_nodes // topology.num_sockets
-    min_sockets = (narrowest + per_socket - 1) // per_socket if per_socket else -1
-    out: list[TopologyHint] = []
-    for m in kept:
-        aligned = len(index.sockets_of_numa_mask(table.real[m])) == min_sockets
-        out.append(preferred[m] if aligned or width[m] == narrowest else plain[m])
-    return out
+    if required == 0:
+        kept: Iterable[int] = compress(
+            table.order, map(needed.__le__, map(free.__getitem__, table.order))
+        )
+    else:
+        kept = (m for m in table.order if free[m] >= needed and m & required == required)
+    return list(map(chosen.__getitem__, kept))
