@@ -477,7 +477,10 @@ class Engine:
         if self.cpu_manager.pod_cpus(uid) is not None:
             pool = self.cpu_manager.pod_shared_pool(uid)
             for name in record.shared:
-                if self.cpu_manager.assignment(uid, name) is not None:
+                if (
+                    name not in record.stopped
+                    and self.cpu_manager.assignment(uid, name) is not None
+                ):
                     self.cpu_manager.set_container_cpus(uid, name, pool)
         self.memory_manager.refresh_shared(uid)
 
@@ -737,7 +740,7 @@ class Engine:
                 held = bubble
                 pool = cpu.pod_shared_pool(uid)
                 record = self._pods.get(uid)
-                for name in record.shared if record else ():
+                for name in record.shared - record.stopped if record else ():
                     got = cpu.assignment(uid, name)
                     if got is not None and got != pool:
                         problems.append(

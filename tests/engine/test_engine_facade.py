@@ -1,0 +1,345 @@
+"""Engine facade: idempotence, rollback, change reporting, stop/reuse, snapshot/restore, and a
+random-operation fuzz that checks the invariants after every step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cpu_pods import container
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from seed_pods import GI, pod_scope_mixed, seed_config, seed_topology
+
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.cpu_manager import CPUManagerConfig
+from nri_plrm.engine.engine import Engine, EngineConfig, EngineStateError
+from nri_plrm.engine.memory_manager import MemoryManagerConfig
+from nri_plrm.engine.topology_manager import TopologyManagerConfig
+from nri_plrm.engine.types import (
+    UNEXPECTED_ADMISSION_ERROR,
+    AdmissionError,
+    AssignmentType,
+    ContainerKind,
+    ContainerSpec,
+    PodSpec,
+)
+from nri_plrm.topology.machines import MACHINES
+from nri_plrm.topology.synthetic import with_memory
+
+ONE = {"cpu": 1000, "memory": GI}
+TWO = {"cpu": 2000, "memory": 2 * GI}
+THREE = {"cpu": 3000, "memory": 3 * GI}
+
+
+def engine(policy: str = "restricted", scope: str = "container") -> Engine:
+    return Engine(seed_topology(), seed_config(policy, scope))
+
+
+def classic(uid: str, *containers: ContainerSpec) -> PodSpec:
+    return PodSpec(uid=uid, name=uid, containers=containers)
+
+
+def test_admit_pod_is_idempotent() -> None:
+    e = engine("single-numa-node", "pod")
+    first = e.admit_pod(pod_scope_mixed())
+    snap = e.snapshot()
+    assert e.admit_pod(pod_scope_mixed()) == first
+    assert e.snapshot()["cpu"] == snap["cpu"] and e.snapshot()["memory"] == snap["memory"]
+    assert e.counters.pod_admissions == 1
+
+
+def test_rejected_pod_holds_nothing() -> None:
+    e = engine("best-effort", "container")
+    pod = classic(
+        "p",
+        ContainerSpec("small", requests=ONE, limits=ONE),
+        ContainerSpec(
+            "huge",
+            requests={"cpu": 1000, "memory": 200 * GI},
+            limits={"cpu": 1000, "memory": 200 * GI},
+        ),
+    )
+    with pytest.raises(AdmissionError) as err:
+        e.admit_pod(pod)
+    assert err.value.reason == UNEXPECTED_ADMISSION_ERROR
+    assert "[memorymanager]" in err.value.message
+    assert e.node_shared_pool() == CPUSet.from_range(0, 63)
+    assert e.assignments() == {} and e.verify() == []
+    assert e.memory_manager.pods() == () and e.cpu_manager.entries() == {}
+
+
+def test_node_shared_containers_follow_the_node_pool() -> None:
+    e = engine()
+    shared_pod = classic("a", ContainerSpec("web"))
+    got, changes = e.add_container(shared_pod, ContainerSpec("web"))
+    assert got.assignment is AssignmentType.NODE_SHARED and got.cpus == CPUSet.from_range(0, 63)
+    assert changes == {}
+    pinned = classic("b", ContainerSpec("db", requests=TWO, limits=TWO))
+    got, changes = e.add_container(pinned, ContainerSpec("db", requests=TWO, limits=TWO))
+    assert got.cpus == CPUSet.parse("1,33") and got.exclusive
+    assert changes == {("a", "web"): e.assignment("a", "web")}
+    assert changes[("a", "web")].cpus == CPUSet.from_range(0, 63) - CPUSet.parse("1,33")
+    grown = e.remove_pod("b")
+    assert grown[("a", "web")].cpus == CPUSet.from_range(0, 63)
+    assert e.remove_pod("b") == {}
+
+
+def test_pod_pool_shrink_is_reported_to_shared_containers() -> None:
+    e = engine("restricted", "pod")
+    pod = pod_scope_mixed()
+    budget = PodSpec(uid=pod.uid, requests=pod.requests, limits=pod.limits)
+    e.admit_sandbox(budget)
+    m, _ = e.add_container(budget, ContainerSpec("metrics-sidecar"))
+    assert m.assignment is AssignmentType.POD_SHARED and m.cpus == CPUSet.parse("1-2,33-34")
+    _, changes = e.add_container(budget, ContainerSpec("logging-sidecar"))
+    assert changes == {}
+    main = pod.containers[0]
+    got, changes = e.add_container(
+        budget, ContainerSpec(main.name, requests=main.requests, limits=main.limits)
+    )
+    assert got.cpus == CPUSet.parse("1,33") and got.memory[0].size == 2 * GI
+    assert set(changes) == {(pod.uid, "metrics-sidecar"), (pod.uid, "logging-sidecar")}
+    assert all(a.cpus == CPUSet.parse("2,34") for a in changes.values())
+    assert e.add_container(
+        budget, ContainerSpec(main.name, requests=main.requests, limits=main.limits)
+    ) == (got, {})
+    assert e.verify() == []
+    # main-app exits: its slice goes back to the pool, twice is harmless
+    grown = e.stop_container(pod.uid, "main-app")
+    assert {a.cpus for a in grown.values()} == {CPUSet.parse("1-2,33-34")}
+    assert e.stop_container(pod.uid, "main-app") == {}
+    # and a restart takes the same CPUs again
+    again, shrunk = e.add_container(
+        budget, ContainerSpec(main.name, requests=main.requests, limits=main.limits)
+    )
+    assert again.cpus == CPUSet.parse("1,33")
+    assert {a.cpus for a in shrunk.values()} == {CPUSet.parse("2,34")}
+    assert e.verify() == []
+
+
+def test_shared_container_refused_on_an_empty_pod_pool() -> None:
+    e = engine("restricted", "pod")
+    budget = PodSpec(uid="p", requests=TWO, limits=TWO)
+    e.admit_sandbox(budget)
+    e.add_container(budget, ContainerSpec("all", requests=TWO, limits=TWO))
+    with pytest.raises(AdmissionError) as err:
+        e.add_container(budget, ContainerSpec("late"))
+    assert err.value.message.startswith("pod rejected, sum of exclusive container cpu requests")
+    with pytest.raises(AdmissionError, match="requests 3 cpus, but only 0 available"):
+        three = {"cpu": 3000, "memory": GI}
+        e.add_container(budget, ContainerSpec("big", requests=three, limits=three))
+
+
+def test_pod_scope_sandbox_rejection_matches_kubelet() -> None:
+    e = engine("single-numa-node", "pod")
+    huge = {"cpu": 20000, "memory": GI}
+    with pytest.raises(AdmissionError) as err:
+        e.admit_sandbox(PodSpec(uid="p", requests=huge, limits=huge))
+    assert err.value.reason == "TopologyAffinityError"
+    assert err.value.message.startswith("Pod Scope pod with pod-level resources failed admission")
+    assert e.pods() == () and e.node_shared_pool() == CPUSet.from_range(0, 63)
+
+
+def test_classic_pod_scope_aggregate_hint_and_init_reuse() -> None:
+    """A classic pod: init container 2 CPUs, app 2 CPUs. The kubelet gives the app the init
+    container's CPUs; NRI-only gets the same by marking the exited init's CPUs reusable."""
+    init = ContainerSpec("init", ContainerKind.INIT, TWO, TWO)
+    app = ContainerSpec("app", requests=TWO, limits=TWO)
+    pod = PodSpec(uid="c", init_containers=(init,), containers=(app,))
+    whole = engine("restricted", "pod")
+    whole.admit_pod(pod)
+    inc = engine("restricted", "pod")
+    inc.admit_sandbox(PodSpec(uid="c"), aggregate=TWO)
+    as_app = ContainerSpec("init", requests=TWO, limits=TWO)
+    inc.add_container(PodSpec(uid="c"), as_app)
+    inc.stop_container("c", "init")
+    inc.stop_container("c", "init")
+    inc.add_container(PodSpec(uid="c"), app)
+    assert inc.assignment("c", "app") == whole.assignment("c", "app")
+    assert inc.assignment("c", "init").cpus == whole.assignment("c", "init").cpus  # type: ignore[union-attr]
+    assert inc.node_shared_pool() == whole.node_shared_pool()
+    assert inc.verify() == [] and whole.verify() == []
+
+
+# --- TestStaticPolicyAllocatePod shapes: whole pod vs NRI order -------------------------------
+
+
+def _plrm(uid: str, budget: int, init: list[ContainerSpec], apps: list[ContainerSpec]) -> PodSpec:
+    res = {"cpu": budget * 1000, "memory": budget * GI}
+    return PodSpec(
+        uid=uid, init_containers=tuple(init), containers=tuple(apps), requests=res, limits=res
+    )
+
+
+R = ContainerKind.SIDECAR
+I = ContainerKind.INIT  # noqa: E741
+
+ALLOCATE_POD_CASES = {
+    "gu only": _plrm("p1", 2, [], [container("container1", "1", memory="1Gi")]),
+    "ngu only": _plrm("p2", 1, [], [container("ngu")]),
+    "gu gu ngu": _plrm(
+        "p3",
+        3,
+        [],
+        [
+            container("gu1", "1", memory="1Gi"),
+            container("gu2", "1", memory="1Gi"),
+            container("ngu"),
+        ],
+    ),
+    "init reuse": _plrm(
+        "p4",
+        2,
+        [
+            container("init1", "1", kind=I, memory="1Gi"),
+            container("init2", "1", kind=I, memory="1Gi"),
+        ],
+        [container("gu1", "1", memory="1Gi"), container("gu2", "1", memory="1Gi")],
+    ),
+    "shared inits around an exclusive sidecar": _plrm(
+        "p5",
+        3,
+        [
+            container("ngu-init-1", kind=I),
+            container("gu-r", "1", kind=R, memory="1Gi"),
+            container("ngu-init-3", kind=I),
+        ],
+        [container("gu", "1", memory="1Gi"), container("ngu")],
+    ),
+    "shared sidecar": _plrm(
+        "p6",
+        3,
+        [
+            container("ngu-init-1", kind=I),
+            container("ngu-r", kind=R),
+            container("ngu-init-3", kind=I),
+        ],
+        [container("gu", "1", memory="1Gi"), container("ngu")],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALLOCATE_POD_CASES))
+@pytest.mark.parametrize("policy", ["best-effort", "single-numa-node"])
+def test_allocate_pod_shapes_whole_equals_incremental(name: str, policy: str) -> None:
+    topo = with_memory(MACHINES["topoDualSocketHT"], {"memory": 16 * GI})
+    config = EngineConfig(
+        TopologyManagerConfig(policy, "pod"),
+        CPUManagerConfig(reserved_cpus=CPUSet([0])),
+        MemoryManagerConfig(reserved={0: {"memory": GI}}),
+    )
+    pod = ALLOCATE_POD_CASES[name]
+    whole = Engine(topo, config)
+    whole.admit_pod(pod)
+    inc = Engine(topo, config)
+    budget = PodSpec(uid=pod.uid, requests=pod.requests, limits=pod.limits)
+    inc.admit_sandbox(budget)
+    for c in pod.init_containers:
+        inc.add_container(budget, ContainerSpec(c.name, requests=c.requests, limits=c.limits))
+        if c.kind is ContainerKind.INIT:
+            inc.stop_container(pod.uid, c.name)
+    for c in pod.containers:
+        inc.add_container(budget, ContainerSpec(c.name, requests=c.requests, limits=c.limits))
+    assert inc.pod_cpus(pod.uid) == whole.pod_cpus(pod.uid)
+    for c in pod.all_containers():
+        got, want = inc.assignment(pod.uid, c.name), whole.assignment(pod.uid, c.name)
+        assert got is not None and want is not None
+        assert got.cpus == want.cpus, c.name
+        if c.kind is not ContainerKind.INIT:
+            assert got == want, c.name
+    assert inc.node_shared_pool() == whole.node_shared_pool()
+    assert inc.verify() == [] and whole.verify() == []
+
+
+# --- snapshot / restore ------------------------------------------------------------------------
+
+
+def test_snapshot_restore_round_trip() -> None:
+    e = engine("restricted", "pod")
+    e.admit_pod(pod_scope_mixed("whole"))
+    budget = PodSpec(uid="inc", requests=THREE, limits=THREE)
+    e.admit_sandbox(budget)
+    e.add_container(budget, ContainerSpec("main", requests=ONE, limits=ONE))
+    e.add_container(budget, ContainerSpec("side"))
+    e.add_container(classic("cl"), ContainerSpec("web"))
+    data = json.loads(json.dumps(e.snapshot()))
+    assert data["format"] == 1
+    back = Engine.restore(seed_topology(), seed_config("restricted", "pod"), data)
+    assert back.snapshot() == e.snapshot()
+    assert back.assignments() == e.assignments()
+    assert back.verify() == []
+    assert back.topology_manager.get_affinity(
+        "whole", "main-app"
+    ) == e.topology_manager.get_affinity("whole", "main-app")
+    # the restored engine keeps working where the old one left off
+    _, changes = back.add_container(budget, ContainerSpec("second", requests=ONE, limits=ONE))
+    assert (budget.uid, "side") in changes
+    with pytest.raises(EngineStateError, match="format 99"):
+        Engine.restore(seed_topology(), seed_config("restricted", "pod"), {**data, "format": 99})
+
+
+def test_allocatable_and_pod_queries() -> None:
+    e = engine("restricted", "pod")
+    e.admit_pod(pod_scope_mixed())
+    alloc = e.allocatable()
+    assert alloc.cpus == CPUSet.from_range(1, 63)
+    assert [b.size for b in alloc.memory] == [15 * GI, 16 * GI, 16 * GI, 16 * GI]
+    assert e.pod_cpus("pod-scope-mixed") == CPUSet.parse("1-2,33-34")
+    assert [b.size for b in e.pod_memory("pod-scope-mixed")] == [4 * GI]
+    assert e.pod_memory("nope") == () and e.assignment("nope", "x") is None
+    assert e.counters.container_assignments == {"pod_shared": 2, "pod_exclusive": 1}
+    assert e.counters.allocations == {("cpu", "pod"): 3, ("memory", "pod"): 3}
+
+
+# --- fuzz: random NRI operations keep the invariants --------------------------------------------
+
+op_st = st.tuples(
+    st.sampled_from(["sandbox", "add", "stop", "remove", "remove_pod"]),
+    st.integers(0, 3),  # pod
+    st.integers(0, 2),  # container
+    st.integers(0, 3),  # cpus (0 = shared)
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    ops=st.lists(op_st, max_size=25),
+    scope=st.sampled_from(["pod", "container"]),
+    pod_level=st.lists(st.booleans(), min_size=4, max_size=4),
+)
+def test_random_operations_keep_invariants(
+    ops: list[tuple[str, int, int, int]], scope: str, pod_level: list[bool]
+) -> None:
+    e = engine("best-effort", scope)
+    for op, p, c, n in ops:
+        uid = f"p{p}"
+        budget = {"cpu": 4000, "memory": 4 * GI}
+        pod = PodSpec(uid=uid, requests=budget, limits=budget) if pod_level[p] else PodSpec(uid=uid)
+        res = {"cpu": n * 1000, "memory": n * GI}
+        spec = ContainerSpec(f"c{c}", requests=res, limits=res) if n else ContainerSpec(f"c{c}")
+        try:
+            if op == "sandbox":
+                e.admit_sandbox(pod)
+            elif op == "add":
+                got, changes = e.add_container(pod, spec)
+                assert e.assignment(uid, spec.name) == got
+                for key, value in changes.items():
+                    assert e.assignment(*key) == value
+            elif op == "stop":
+                e.stop_container(uid, spec.name)
+            elif op == "remove":
+                e.remove_container(uid, spec.name)
+            else:
+                e.remove_pod(uid)
+        except AdmissionError:
+            pass
+        assert e.verify() == []
+    for uid in e.pods():
+        e.remove_pod(uid)
+    assert e.node_shared_pool() == CPUSet.from_range(0, 63)
+    assert all(
+        t.free == t.allocatable
+        for s in e.memory_manager.machine_state.values()
+        for t in s.memory_map.values()
+    )
