@@ -236,3 +236,69 @@ def test_pod_scope_empty_shared_pool_incremental(policy: str) -> None:
     assert engine.assignment(pod.uid, "logging-sidecar").cpus == CPUSet.parse("2,33-34")  # type: ignore[union-attr]
     assert engine.verify() == []
     assert engine.counters.container_admission_errors == {EMPTY_POD_SHARED_POOL_ERROR: 1}
+
+
+# --- KEP-5526 worked examples (pod budget 5 CPUs) ----------------------------------------------
+
+
+def _kep_pod(uid: str, *cpus: int) -> PodSpec:
+    budget = {"cpu": 5000, "memory": 5 * GI}
+
+    def c(i: int, n: int) -> ContainerSpec:
+        if not n:
+            return ContainerSpec(f"c{i}")
+        res = {"cpu": n * 1000, "memory": n * GI}
+        return ContainerSpec(f"c{i}", requests=res, limits=res)
+
+    return PodSpec(
+        uid=uid,
+        containers=tuple(c(i + 1, n) for i, n in enumerate(cpus)),
+        requests=budget,
+        limits=budget,
+    )
+
+
+KEP_PODS = {
+    "all exclusive": (3, 1, 1),
+    "one exclusive, two shared": (3, 0, 0),
+    "all shared": (0, 0, 0),
+}
+
+
+@pytest.mark.parametrize("scope", ["pod", "container"])
+@pytest.mark.parametrize("name", sorted(KEP_PODS))
+def test_kep_examples_whole_equals_incremental(scope: str, name: str) -> None:
+    pod = _kep_pod("kep", *KEP_PODS[name])
+    whole = Engine(seed_topology(), seed_config("single-numa-node", scope))
+    whole.admit_pod(pod)
+    inc = Engine(seed_topology(), seed_config("single-numa-node", scope))
+    _incremental(inc, pod)
+    assert inc.assignments() == whole.assignments()
+    assert inc.pod_cpus("kep") == whole.pod_cpus("kep")
+    exclusive = [a for a in whole.assignments().values() if a.exclusive]
+    assert sorted(len(a.cpus) for a in exclusive) == sorted(n for n in KEP_PODS[name] if n)
+    shared = [a for a in whole.assignments().values() if not a.exclusive]
+    if scope == "pod":
+        bubble = whole.pod_cpus("kep")
+        assert bubble is not None and len(bubble) == 5
+        pool = bubble.difference(CPUSet().union(*(a.cpus for a in exclusive)))
+        assert all(a.cpus == pool and a.assignment is PS for a in shared)
+    else:
+        assert all(a.cpus == whole.node_shared_pool() for a in shared)
+    assert whole.verify() == [] and inc.verify() == []
+
+
+def test_kep_example_empty_pool_rejected() -> None:
+    pod = _kep_pod("kep", 3, 2, 0)
+    whole = Engine(seed_topology(), seed_config("single-numa-node", "pod"))
+    with pytest.raises(AdmissionError) as err:
+        whole.admit_pod(pod)
+    assert err.value.reason == TOPOLOGY_AFFINITY_ERROR
+    inc = Engine(seed_topology(), seed_config("single-numa-node", "pod"))
+    with pytest.raises(AdmissionError) as err:
+        _incremental(inc, pod)
+    assert (err.value.reason, err.value.message) == (
+        EMPTY_POD_SHARED_POOL_ERROR,
+        EMPTY_POOL_CPU_MESSAGE,
+    )
+    assert inc.verify() == []
