@@ -7,6 +7,8 @@ recorded from containerd (``golden`` capture, 3.5 KB, so containerd's two-frame 
 Latency percentiles come from strictly sequential round trips. ``wire_requests_per_s`` is the
 throughput with 8 requests in flight (containerd serves CRI calls concurrently, each calling the
 plugin); ``wire_requests_per_s_sequential`` is one request at a time (about 1 / mean latency).
+``wire_cpu_per_roundtrip_us`` is the CPU time both processes spent per sequential round trip,
+a figure that, unlike the latencies, does not depend on what else the machine is running.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ def serve_plugin(socket_path: str) -> None:
     asyncio.run(stub.run())
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` (from /proc, clock-tick resolution)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _measure(socket_path: str) -> dict[str, float]:
     from nrisim import NRISimulator, request
 
@@ -63,12 +71,14 @@ async def _measure(socket_path: str) -> dict[str, float]:
         for _ in range(WARMUP):
             await sim.create_container(pod, ctr)
         samples = []
+        cpu0 = time.process_time() + _cpu_seconds(child.pid)
         start = time.perf_counter()
         for _ in range(ROUND_TRIPS):
             t0 = time.perf_counter()
             await sim.create_container(pod, ctr)
             samples.append(time.perf_counter() - t0)
         sequential = time.perf_counter() - start
+        cpu = time.process_time() + _cpu_seconds(child.pid) - cpu0
 
         async def worker(n: int) -> None:
             for _ in range(n):
@@ -90,6 +100,7 @@ async def _measure(socket_path: str) -> dict[str, float]:
         "wire_roundtrip_p99_us": percentile(samples, 99) * 1e6,
         "wire_requests_per_s": per_worker * CONCURRENCY / concurrent,
         "wire_requests_per_s_sequential": ROUND_TRIPS / sequential,
+        "wire_cpu_per_roundtrip_us": cpu / ROUND_TRIPS * 1e6,
     }
 
 
