@@ -405,7 +405,9 @@ class Engine:
         else:
             record.containers.append(container)
         try:
-            if record.mode == MODE_POD_LEVEL and self._has_budget(uid):
+            if record.mode == MODE_POD_LEVEL and self._pod_scope:
+                if not self._has_budget(uid):
+                    self._reserve_budget(record)
                 self._add_to_budget(record, container)
             else:
                 self._add_classic(record, container)
@@ -436,7 +438,9 @@ class Engine:
         )
 
     def _add_to_budget(self, record: _PodRecord, container: ContainerSpec) -> None:
-        """A container of a pod-level pod whose budget is reserved (scope pod)."""
+        """A container of a pod-level pod in scope pod. The budget was reserved at sandbox
+        time, or again now if the kubelet's release rule (last container entry gone) gave it
+        back meanwhile; a pod without a Guaranteed budget gets nothing (node shared pool)."""
         cpu, mem = self.cpu_manager, self.memory_manager
         spec = record.spec_so_far()
         uid, name = spec.uid, container.name
@@ -564,8 +568,6 @@ class Engine:
             record.containers = [c for c in record.containers if c.name != name]
             record.stopped.discard(name)
             record.shared.discard(name)
-            if record.mode == MODE_POD_LEVEL and self._pod_scope and not self._has_budget(pod_uid):
-                self._reserve_budget(record)
             self._refresh_pod_pool(record)
         changes = self._changes_since(before, skip=pod_uid)
         for other, old in pool_before.items():

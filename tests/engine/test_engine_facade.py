@@ -22,6 +22,7 @@ from nri_plrm.engine.types import (
     AssignmentType,
     ContainerKind,
     ContainerSpec,
+    MemoryBlock,
     PodSpec,
 )
 from nri_plrm.topology.machines import MACHINES
@@ -343,3 +344,29 @@ def test_random_operations_keep_invariants(
         for s in e.memory_manager.machine_state.values()
         for t in s.memory_map.values()
     )
+
+
+def test_budget_released_with_last_container_is_reserved_again() -> None:
+    e = engine("restricted", "pod")
+    budget = PodSpec(uid="p", requests=TWO, limits=TWO)
+    bubble = e.admit_sandbox(budget)
+    e.add_container(budget, ContainerSpec("only", requests=ONE, limits=ONE))
+    e.remove_container("p", "only")
+    assert e.pod_cpus("p") is None and e.pod_memory("p") == ()
+    assert e.remove_container("p", "never-added") == {}
+    got, _ = e.add_container(budget, ContainerSpec("next"))
+    assert got.assignment is AssignmentType.POD_SHARED and got.cpus == bubble == e.pod_cpus("p")
+    assert e.verify() == []
+
+
+def test_non_integral_cpu_container_shares_cpus_but_pins_memory() -> None:
+    e = engine("restricted", "pod")
+    budget = PodSpec(uid="p", requests=TWO, limits=TWO)
+    e.admit_sandbox(budget)
+    half = {"cpu": 500, "memory": GI}
+    got, _ = e.add_container(budget, ContainerSpec("half", requests=half, limits=half))
+    assert got.assignment is AssignmentType.POD_SHARED and got.cpus == e.pod_cpus("p")
+    assert got.memory == () and got.mems == CPUSet([0])
+    assert e.memory_manager.container_blocks("p", "half") == (MemoryBlock((0,), "memory", GI),)
+    assert e.memory_manager.pod_pool("p") == {"memory": GI}
+    assert e.verify() == []
