@@ -477,6 +477,8 @@ class _Parser:
             socket=_path,
             plugin_name=_plugin_name,
             plugin_index=_plugin_index,
+            registration_timeout=_seconds,
+            request_timeout=_seconds,
         )
 
     def _state(self, table: Mapping[str, Any]) -> StateSettings:
@@ -497,6 +499,7 @@ class _Parser:
             socket=_path,
             mode=_socket_mode,
             kubelet_socket=_optional_path,
+            kubelet_timeout=_seconds,
             burst=_positive_int,
         )
         if settings.group and not settings.mode & 0o060:
@@ -526,7 +529,13 @@ class _Parser:
         return self._table("topology", table, TopologySettings(), sysfs_root=_path)
 
     def _kubernetes(self, table: Mapping[str, Any]) -> KubernetesSettings:
-        return self._table("kubernetes", table, KubernetesSettings(), kubeconfig=_optional_path)
+        return self._table(
+            "kubernetes",
+            table,
+            KubernetesSettings(),
+            kubeconfig=_optional_path,
+            lookup_timeout=_seconds,
+        )
 
     def _topology_manager(self, table: Mapping[str, Any]) -> TopologyManagerSettings:
         settings = self._table(
@@ -694,7 +703,14 @@ def _string(p: _Parser, key: str, value: Any) -> Any:
 def _positive_float(p: _Parser, key: str, value: Any) -> Any:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         return float(value)
-    p.error(key, value, "must be a number of seconds greater than 0")
+    p.error(key, value, "must be a number greater than 0")
+    return _INVALID
+
+
+def _seconds(p: _Parser, key: str, value: Any) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 3600:
+        return float(value)
+    p.error(key, value, "must be a number of seconds greater than 0 and at most 3600")
     return _INVALID
 
 

@@ -241,3 +241,12 @@ def test_missing_file(tmp_path: Path) -> None:
         load_config(tmp_path / "absent.toml")
     assert "cannot read the config file" in info.value.errors[0]
     assert str(tmp_path / "absent.toml") in info.value.errors[0]
+
+
+def test_rate_limit_values_are_not_seconds() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config("[pod_resources]\nqps = 0\n[nri]\nrequest_timeout = 7200\n")
+    assert info.value.errors == [
+        "nri.request_timeout: 7200: must be a number of seconds greater than 0 and at most 3600",
+        "pod_resources.qps: 0: must be a number greater than 0",
+    ]
