@@ -3,7 +3,9 @@
 Ported upstream cases (kubernetes ``pkg/kubelet/cm/memorymanager/policy_static_test.go``):
 ``TestStaticPolicyNew`` 2, ``TestStaticPolicyStart`` 1 (default state), ``TestStaticPolicyAllocate``
 7 (non-guaranteed, default hint, default hint failure, default preferred failure, extension
-failure, extended preferred failure, multi-NUMA). Pod-level (KEP-5526) cases follow spec §4.4/§4.6.
+failure, extended preferred failure, multi-NUMA), ``TestStaticPolicyRemoveContainer`` 1 (cross
+NUMA), ``TestStaticPolicyGetTopologyHints`` 7 = 17. Pod-level (KEP-5526) cases follow spec
+§4.4/§4.6; ``calculate_hints`` is also checked against a literal transcription (hypothesis).
 """
 
 from __future__ import annotations
@@ -492,3 +494,115 @@ def test_calculate_hints_equals_literal_walk(
         requests[HP] = GB
     probe = pod("probe", "c", {"cpu": 1000, **requests})
     assert mm.calculate_hints(probe, requests) == literal_hints(mm, requests, {})
+
+
+# --- TestStaticPolicyRemoveContainer / TestStaticPolicyGetTopologyHints ---------------------------
+
+HP2M = "hugepages-2Mi"
+
+
+def _with_entries(entries: dict[str, list[dict[str, Any]]], pages_2m: int = 0) -> MemoryManager:
+    """A manager on 2 nodes (3Gi, 1Gi of 1Gi pages, optionally 2Mi pages) holding ``entries``
+    for pod1, restored through ``from_dict`` so the machine state follows the blocks."""
+    memory = {n: {"memory": 3 * GB, HP: GB, HP2M: pages_2m * 2 * MB} for n in range(2)}
+    topo = Topology.build([CPUInfo(n, n, 0, n, n) for n in range(2)], memory=memory)
+    cfg = reserved(2)
+    return MemoryManager.from_dict(topo, cfg, {"entries": {"pod1": entries}})
+
+
+def test_remove_cross_numa_container_restores_nodes() -> None:
+    mm = MemoryManager(machine(2, memory=2 * GB), reserved(2))
+    mm.machine_state = {n: node((512 * MB, 512 * MB, 0), cells=(n,), total=GB) for n in range(2)}
+    p = pod("pod1", "container1", GUARANTEED)
+    allocate(mm, p, TopologyHint(mask_of([0, 1]), False))
+    assert mm.machine_state[0].cells == [0, 1] and mm.machine_state[1].number_of_assignments == 2
+    mm.remove_container("pod1", "container1")
+    for n in range(2):
+        state = mm.machine_state[n]
+        assert state.cells == [n] and state.number_of_assignments == 0
+        assert state.memory_map["memory"].free == 512 * MB
+        assert state.memory_map[HP].free == GB
+
+
+def test_hints_not_provided_for_non_guaranteed_pods() -> None:
+    mm = MemoryManager(machine(1), reserved(1))
+    burstable = pod(
+        "pod1", "container1", {"cpu": 1000, "memory": GB}, {"cpu": 1000, "memory": 2 * GB}
+    )
+    assert mm.get_topology_hints(burstable, burstable.containers[0]) is None
+
+
+def test_hints_regenerated_from_existing_assignment() -> None:
+    mm = _with_entries(
+        {
+            "container1": [
+                {"numaAffinity": [0], "type": "memory", "size": GB},
+                {"numaAffinity": [0], "type": HP, "size": GB},
+            ]
+        }
+    )
+    p = pod("pod1", "container1", GUARANTEED)
+    assert mm.get_topology_hints(p, p.containers[0]) == {
+        "memory": [TopologyHint(1, True)],
+        HP: [TopologyHint(1, True)],
+    }
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        [{"numaAffinity": [0], "type": "memory", "size": GB}],
+        [
+            {"numaAffinity": [0], "type": "memory", "size": GB},
+            {"numaAffinity": [0], "type": HP2M, "size": GB},
+        ],
+        [
+            {"numaAffinity": [0], "type": "memory", "size": 512 * MB},
+            {"numaAffinity": [0], "type": HP, "size": GB},
+        ],
+    ],
+    ids=["different number of types", "different types", "different size"],
+)
+def test_hints_none_when_existing_assignment_differs(blocks: list[dict[str, Any]]) -> None:
+    mm = _with_entries({"container1": blocks}, pages_2m=512)
+    p = pod("pod1", "container1", GUARANTEED)
+    assert mm.get_topology_hints(p, p.containers[0]) is None
+
+
+def test_hints_calculated_for_new_container_skip_grouped_nodes() -> None:
+    mm = MemoryManager(machine(4, memory=2 * GB), reserved(4))
+    mm.machine_state = {
+        0: node((1536 * MB, 0, 1536 * MB), (GB, 0, GB), cells=(0, 1), assignments=2),
+        1: node((1536 * MB, GB, 512 * MB), (GB, 0, GB), cells=(0, 1), assignments=2),
+        2: node((1536 * MB, 1536 * MB, 0), cells=(2,)),
+        3: node((1536 * MB, 1536 * MB, 0), cells=(3,)),
+    }
+    p = pod("pod2", "container2", GUARANTEED)
+    expected = [TopologyHint(4, True), TopologyHint(8, True), TopologyHint(12, False)]
+    assert mm.get_topology_hints(p, p.containers[0]) == {"memory": expected, HP: expected}
+
+
+def test_no_preferred_multi_numa_hint_when_one_node_could_hold_it() -> None:
+    mm = MemoryManager(machine(2, memory=2 * GB), reserved(2))
+    mm.machine_state = {
+        0: NodeState(
+            {
+                "memory": MemoryTable(2 * GB, 512 * MB, 1536 * MB, 1536 * MB, 0),
+                HP2M: MemoryTable(20 * MB, 0, 20 * MB, 20 * MB, 0),
+            },
+            [0, 1],
+            2,
+        ),
+        1: NodeState(
+            {
+                "memory": MemoryTable(2 * GB, 512 * MB, 1536 * MB, 512 * MB, GB),
+                HP2M: MemoryTable(20 * MB, 0, 20 * MB, 4 * MB, 16 * MB),
+            },
+            [0, 1],
+            2,
+        ),
+    }
+    req = {"cpu": 1000, "memory": GB, HP2M: 16 * MB}
+    p = pod("pod2", "container2", req)
+    expected = [TopologyHint(3, False)]
+    assert mm.get_topology_hints(p, p.containers[0]) == {"memory": expected, HP2M: expected}
