@@ -400,29 +400,24 @@ class _Parser:
         self.errors.append(f"{key}: {format_value(value)}: {rule}")
 
     def parse(self, data: Mapping[str, Any]) -> Config:
-        sections: dict[str, Callable[[Mapping[str, Any]], object]] = {
-            "nri": self._nri,
-            "state": self._state,
-            "pod_resources": self._pod_resources,
-            "metrics": self._metrics,
-            "log": self._log,
-            "topology": self._topology,
-            "kubernetes": self._kubernetes,
-            "topology_manager": self._topology_manager,
-            "cpu_manager": self._cpu_manager,
-            "memory_manager": self._memory_manager,
-        }
-        self._unknown("", data, sections)
-        values: dict[str, object] = {}
-        for name, build in sections.items():
-            table = data.get(name, {})
-            if not isinstance(table, Mapping):
-                self.error(name, table, "must be a table")
-                table = {}
-            values[name] = build(table)
-        tm = values["topology_manager"]
-        cm = values["cpu_manager"]
-        assert isinstance(tm, TopologyManagerSettings) and isinstance(cm, CPUManagerSettings)
+        names = [f.name for f in dataclasses.fields(Config) if f.name != "source"]
+        self._unknown("", data, names)
+        tables = {name: self._section(data, name) for name in names}
+        tm = self._topology_manager(tables["topology_manager"])
+        cm = self._cpu_manager(tables["cpu_manager"])
+        config = Config(
+            nri=self._nri(tables["nri"]),
+            state=self._state(tables["state"]),
+            pod_resources=self._pod_resources(tables["pod_resources"]),
+            metrics=self._metrics(tables["metrics"]),
+            log=self._log(tables["log"]),
+            topology=self._topology(tables["topology"]),
+            kubernetes=self._kubernetes(tables["kubernetes"]),
+            topology_manager=tm,
+            cpu_manager=cm,
+            memory_manager=self._memory_manager(tables["memory_manager"]),
+            source=self.source,
+        )
         if cm.option(ALIGN_BY_SOCKET) and tm.policy == "single-numa-node":
             self.error(
                 f"cpu_manager.options.{ALIGN_BY_SOCKET}",
@@ -431,8 +426,26 @@ class _Parser:
                 "align-by-socket policy option",
             )
         if self.errors:
-            raise ConfigError(self.errors)
-        return Config(source=self.source, **values)  # type: ignore[arg-type]
+            raise ConfigError(sorted(self.errors, key=self._order(names)))
+        return config
+
+    @staticmethod
+    def _order(names: list[str]) -> Callable[[str], tuple[int, str]]:
+        """Errors sorted by table (in documented order), then by key path."""
+        rank = {name: i for i, name in enumerate(names)}
+
+        def key(error: str) -> tuple[int, str]:
+            table = error.split(".", 1)[0].split(":", 1)[0]
+            return rank.get(table, -1), error
+
+        return key
+
+    def _section(self, data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+        table = data.get(name, {})
+        if not isinstance(table, Mapping):
+            self.error(name, table, "must be a table")
+            return {}
+        return table
 
     def _unknown(self, prefix: str, table: Mapping[str, Any], known: Collection[str]) -> None:
         for key, value in table.items():
@@ -455,8 +468,12 @@ class _Parser:
 
         Known keys are those fields plus ``extra`` (read by the caller); others are errors.
         """
-        fields = {f.name for f in dataclasses.fields(defaults)} - skip  # type: ignore[arg-type]
-        self._unknown(name, table, fields | extra)
+        fields = [
+            f.name
+            for f in dataclasses.fields(defaults)  # type: ignore[arg-type]
+            if f.name not in skip
+        ]
+        self._unknown(name, table, [*fields, *extra])
         values: dict[str, object] = {}
         for key in fields:
             if key in table:
