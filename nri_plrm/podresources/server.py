@@ -22,7 +22,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -68,7 +68,7 @@ class PodResourcesService:
     def _admit(self, method: str, context: grpc.ServicerContext) -> None:
         if not self.limiter.allow():
             self._observe(method, "RESOURCE_EXHAUSTED")
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMIT_MESSAGE)
+            _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMIT_MESSAGE)
 
     def _observe(self, method: str, code: str) -> None:
         if self.observer is not None:
@@ -110,11 +110,11 @@ class PodResourcesService:
         pod = find_pod(self.view, request.pod_namespace, request.pod_name)
         if pod is None:
             self._observe("Get", "UNKNOWN")
-            context.abort(
+            _abort(
+                context,
                 grpc.StatusCode.UNKNOWN,
                 f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
             )
-        assert pod is not None
         message = report.pod_message(pod)
         if self.kubelet is not None:
             theirs = self.kubelet.get(pod.namespace, pod.name)
@@ -154,6 +154,12 @@ class PodResourcesService:
                 "GetAllocatableResources": unary(self.allocatable, pb.AllocatableResourcesRequest),
             },
         )
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    """End the call with a status; grpc's ``abort`` raises, the guard below states it."""
+    context.abort(code, message)
+    raise RuntimeError(f"grpc ServicerContext.abort returned for {code}: {message}")
 
 
 def remove_stale_socket(path: str) -> None:
