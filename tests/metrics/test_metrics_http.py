@@ -222,6 +222,7 @@ def test_no_pod_name_labels(server: MetricsServer) -> None:
         "method",
         "code",
         "version",
+        "result",
     }
 
 
