@@ -48,6 +48,10 @@ _SOURCE_OF = {
 """Allocation source per assignment: the kubelet counts every container assignment its
 AllocatePod writes (exclusive slices and pod shared pool alike) as ``source="pod"``."""
 RECONCILE_ACTIONS = ("adopted", "corrected", "released")
+POD_CACHE_FALLBACKS = ("unavailable", "not_found", "invalid")
+"""Why a pod's spec lookup fell back to NRI-only inference."""
+EVENT_RESULTS = ("posted", "failed", "dropped", "deduplicated", "rate_limited")
+"""What became of a Kubernetes Event the plugin recorded."""
 NEAR_TIMEOUT_FRACTION = 0.5
 """A request that took at least this fraction of the runtime's timeout counts as near it."""
 
@@ -200,6 +204,25 @@ class Metrics:
             "1 while the Kubernetes API pod cache is synced; 0 means NRI-only inference.",
             registry=r,
         )
+        self.pod_cache_fallbacks = Counter(
+            "nri_plrm_pod_cache_fallbacks",
+            "RunPodSandbox lookups that fell back to NRI-only inference, by reason "
+            "(unavailable, not_found, invalid).",
+            ["reason"],
+            registry=r,
+        )
+        self.pod_cache_relists = Counter(
+            "nri_plrm_pod_cache_relists",
+            "Full lists of this node's pods after the first (watch expired: 410 Gone).",
+            registry=r,
+        )
+        self.kubernetes_events = Counter(
+            "nri_plrm_kubernetes_events",
+            "Kubernetes Events the plugin recorded, by result (posted, failed, dropped, "
+            "deduplicated, rate_limited).",
+            ["result"],
+            registry=r,
+        )
         self.podresources_requests = Counter(
             "nri_plrm_podresources_requests",
             "PodResources API requests, by method and gRPC status code.",
@@ -220,6 +243,10 @@ class Metrics:
             self.container_assignments.labels(resource_name="cpu", assignment_type=kind)
         for action in RECONCILE_ACTIONS:
             self.reconciled.labels(action=action)
+        for reason in POD_CACHE_FALLBACKS:
+            self.pod_cache_fallbacks.labels(reason=reason)
+        for result in EVENT_RESULTS:
+            self.kubernetes_events.labels(result=result)
 
     # Resource managers -----------------------------------------------------------------
 
@@ -337,6 +364,20 @@ class Metrics:
     def set_pod_cache_available(self, available: bool) -> None:
         """Whether the Kubernetes API pod cache is usable (False = NRI-only fallback)."""
         self.pod_cache_available.set(1 if available else 0)
+
+    def pod_cache_fallback(self, reason: str) -> None:
+        """A spec lookup fell back to NRI-only inference (``POD_CACHE_FALLBACKS``)."""
+        _check(reason, POD_CACHE_FALLBACKS, "reason")
+        self.pod_cache_fallbacks.labels(reason=reason).inc()
+
+    def pod_cache_relisted(self) -> None:
+        """The pod cache listed every pod again after its watch expired."""
+        self.pod_cache_relists.inc()
+
+    def kubernetes_event(self, result: str) -> None:
+        """One recorded Kubernetes Event and what became of it (``EVENT_RESULTS``)."""
+        _check(result, EVENT_RESULTS, "result")
+        self.kubernetes_events.labels(result=result).inc()
 
     def observe_podresources(self, method: str, code: str) -> None:
         """One PodResources request and its gRPC status code name."""

@@ -18,7 +18,8 @@ class PodSpecSource(Protocol):
         ...
 
     async def lookup(self, uid: str, namespace: str, name: str, timeout: float) -> PodSpec | None:
-        """The pod's spec, waiting at most ``timeout`` seconds for it to appear; None if unknown."""
+        """The pod's spec, waiting at most ``timeout`` seconds for it to appear; None if unknown,
+        and None at once while not ``available`` (sources count such fallbacks)."""
         ...
 
 
@@ -44,3 +45,22 @@ class StaticPodSpecSource:
     async def lookup(self, uid: str, namespace: str, name: str, timeout: float) -> PodSpec | None:
         """The spec by uid, else by namespace/name; never waits."""
         return self._by_uid.get(uid) or self._by_name.get((namespace, name))
+
+
+class PodEventSink(Protocol):
+    """Where the plugin reports what it rejected or corrected, as Kubernetes Events on the pod.
+
+    ``record`` must return at once and never raise (posting happens elsewhere, rate-limited).
+    """
+
+    def record(
+        self,
+        pod_uid: str,
+        namespace: str,
+        name: str,
+        reason: str,
+        message: str,
+        type: str = "Warning",
+    ) -> None:
+        """Report ``reason``/``message`` (the kubelet's) on the pod."""
+        ...

@@ -1,0 +1,357 @@
+"""An informer-style cache of this node's pods from the Kubernetes API.
+
+``KubePodCache.run`` lists the pods with ``fieldSelector=spec.nodeName=<node>``, then watches
+from the list's ``resourceVersion``; after a dropped connection it watches again from the last
+``resourceVersion`` it saw, and on ``410 Gone`` (an HTTP status or a watch ``ERROR`` event) it
+lists again. Errors are retried with bounded exponential back-off and full jitter.
+
+``lookup`` only reads the cache: a pod not seen yet is waited for (an ``asyncio.Event`` per uid)
+for at most the given timeout. While the API is unreachable the cache says it is unavailable
+(the plugin then decides from NRI data alone); the outage is logged once and shown by the
+``nri_plrm_pod_cache_available`` gauge, and the cache recovers by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+from lightkube import ALL_NS, AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+
+from nri_plrm.engine.types import PodSpec
+from nri_plrm.metrics import Metrics
+from nri_plrm.podsource.convert import PodObjectError, pod_key, pod_spec_from_api
+
+WATCH_TIMEOUT = 300
+"""Seconds the API server keeps one watch request open (``timeoutSeconds``)."""
+IDLE_TIMEOUT = 2 * WATCH_TIMEOUT + 60.0
+"""Seconds without any watch event after which the watch is restarted (a half-open TCP
+connection never ends by itself; the client reopens the watch after each server timeout)."""
+UNAVAILABLE_AFTER = 2
+"""Consecutive failed requests after which a synced cache counts as unavailable."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Bounded exponential back-off with full jitter: ``uniform(0, min(cap, base * 2**n))``."""
+
+    initial: float = 0.5
+    maximum: float = 30.0
+
+    def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
+        """The pause before retry number ``attempt`` (1 for the first retry)."""
+        ceiling = min(self.maximum, self.initial * 2.0 ** min(attempt - 1, 32))
+        return max(self.initial / 10, ceiling * rand())
+
+
+class _Waiter:
+    __slots__ = ("count", "event")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.count = 0
+
+
+class KubePodCache:
+    """``PodSpecSource`` backed by list+watch of the pods bound to ``node_name``.
+
+    ``client`` is a lightkube ``AsyncClient`` (see ``nri_plrm.podsource.client``); ``server``
+    names the API server in log lines. Call ``run()`` in a task (or ``start()``), ``stop()`` at
+    shutdown.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        node_name: str,
+        *,
+        metrics: Metrics | None = None,
+        logger: logging.Logger | None = None,
+        server: str = "",
+        backoff: Backoff | None = None,
+        watch_timeout: int = WATCH_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
+        unavailable_after: int = UNAVAILABLE_AFTER,
+    ) -> None:
+        if not node_name:
+            raise ValueError("kubernetes.node_name '': the pod cache needs this node's name")
+        self.client = client
+        self.node_name = node_name
+        self.metrics = metrics
+        self.log = logger or logging.getLogger("nri_plrm.podsource")
+        self.server = server or "the Kubernetes API"
+        self.backoff = backoff or Backoff()
+        self.watch_timeout = watch_timeout
+        self.idle_timeout = idle_timeout
+        self.unavailable_after = unavailable_after
+        self._specs: dict[str, PodSpec] = {}
+        self._invalid: dict[str, str] = {}
+        self._objects: dict[tuple[str, str], str] = {}
+        self._waiters: dict[str, _Waiter] = {}
+        self._rv: str | None = None
+        self._synced = False
+        self._healthy = False
+        self._failures = 0
+        self._outage_logged = False
+        self._lists = 0
+        self._task: asyncio.Task[None] | None = None
+        self._synced_event = asyncio.Event()
+        if metrics is not None:
+            metrics.set_pod_cache_available(False)
+
+    # ----------------------------------------------------------------- PodSpecSource
+
+    @property
+    def available(self) -> bool:
+        """True once the first list succeeded and while the API answers."""
+        return self._synced and self._healthy
+
+    async def lookup(self, uid: str, namespace: str, name: str, timeout: float) -> PodSpec | None:
+        """The pod's spec from the cache, waiting at most ``timeout`` seconds for a pod not seen
+        yet; None (counted as a fallback) when unavailable, unknown or unusable."""
+        if not self.available:
+            self._fallback("unavailable", uid, namespace, name)
+            return None
+        spec = self._specs.get(uid)
+        if spec is None and uid not in self._invalid and timeout > 0:
+            waiter = self._waiters.get(uid)
+            if waiter is None:
+                waiter = self._waiters[uid] = _Waiter()
+            waiter.count += 1
+            try:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(waiter.event.wait(), timeout)
+            finally:
+                waiter.count -= 1
+                if waiter.count == 0 and self._waiters.get(uid) is waiter:
+                    del self._waiters[uid]
+            spec = self._specs.get(uid)
+        if spec is not None:
+            return spec
+        if uid in self._invalid:
+            self._fallback("invalid", uid, namespace, name, self._invalid[uid])
+        else:
+            self._fallback("not_found", uid, namespace, name)
+        return None
+
+    # ----------------------------------------------------------------- running
+
+    def start(self) -> asyncio.Task[None]:
+        """Run the list+watch loop in a task of the running loop."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.run(), name="pod-cache")
+        return self._task
+
+    async def stop(self) -> None:
+        """Stop the loop and close the client."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.client.close()
+
+    async def wait_synced(self, timeout: float) -> bool:
+        """Wait until the first list succeeded; False after ``timeout`` seconds."""
+        try:
+            await asyncio.wait_for(self._synced_event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def specs(self) -> Mapping[str, PodSpec]:
+        """The cached specs by uid (a copy)."""
+        return dict(self._specs)
+
+    @property
+    def resource_version(self) -> str | None:
+        """The last resourceVersion seen (None before the first list or after a 410)."""
+        return self._rv
+
+    async def run(self) -> None:
+        """List, then watch, forever: resume after drops, relist after 410, back off on errors."""
+        attempt = 0
+        gone = 0
+        while True:
+            try:
+                if self._rv is None:
+                    await self._list()
+                    attempt = 0
+                if await self._watch():
+                    gone = 0
+                attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure of the API or the connection: retry
+                if _is_gone(exc):
+                    gone += 1
+                    self._rv = None
+                    self.log.info("pod cache: resourceVersion expired (410 Gone), listing again")
+                    if gone > 1:
+                        await asyncio.sleep(self.backoff.delay(gone - 1))
+                    continue
+                attempt += 1
+                self._failed(exc)
+                await asyncio.sleep(self.backoff.delay(attempt))
+
+    async def _list(self) -> None:
+        listing = self.client.list(Pod, namespace=ALL_NS, fields={"spec.nodeName": self.node_name})
+        objects = [pod async for pod in listing]
+        rv = listing.resourceVersion
+        fresh: dict[str, Mapping[str, Any]] = {}
+        for pod in objects:
+            item = pod.to_dict()
+            fresh[pod_key(item)] = item
+        for key in [k for k in list(self._specs) + list(self._invalid) if k not in fresh]:
+            self._forget(key)
+        for key, obj in fresh.items():
+            self._put(key, obj)
+        self._rv = rv
+        self._lists += 1
+        if self._lists > 1 and self.metrics is not None:
+            self.metrics.pod_cache_relisted()
+        first = not self._synced
+        self._synced = True
+        self._synced_event.set()
+        self._succeeded()
+        if first:
+            self.log.info(
+                "pod cache synced: %d pods on node %s from %s (resourceVersion %s)",
+                len(self._specs) + len(self._invalid),
+                self.node_name,
+                self.server,
+                rv,
+            )
+
+    async def _watch(self) -> bool:
+        """Apply watch events until the stream fails (raises) or stays idle (returns whether
+        any event arrived)."""
+        seen = False
+        stream = self.client.watch(
+            Pod,
+            namespace=ALL_NS,
+            fields={"spec.nodeName": self.node_name},
+            resource_version=self._rv,
+            server_timeout=self.watch_timeout,
+        )
+        iterator = aiter(stream)
+        try:
+            while True:
+                try:
+                    kind, pod = await asyncio.wait_for(anext(iterator), self.idle_timeout)
+                except asyncio.TimeoutError:
+                    self.log.debug(
+                        "pod cache: no watch event for %.0f s, reopening", self.idle_timeout
+                    )
+                    return seen
+                self._apply(kind, pod.to_dict())
+                self._succeeded()
+                seen = True
+        finally:
+            with contextlib.suppress(Exception):
+                await iterator.aclose()  # type: ignore[attr-defined]
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        if kind in ("ADDED", "MODIFIED"):
+            self._put(pod_key(obj), obj)
+        elif kind == "DELETED":
+            self._forget(pod_key(obj))
+        elif kind != "BOOKMARK":
+            self.log.warning("pod cache: ignoring watch event of unknown type %r", kind)
+        if isinstance(rv, str) and rv:
+            self._rv = rv
+
+    def _put(self, key: str, obj: Mapping[str, Any]) -> None:
+        if not key:
+            self.log.warning("pod cache: ignoring a pod object without metadata.uid")
+            return
+        try:
+            spec = pod_spec_from_api(obj)
+        except PodObjectError as exc:
+            if self._invalid.get(key) != str(exc):
+                self.log.warning("pod cache: %s; its containers are placed from NRI data", exc)
+            self._specs.pop(key, None)
+            self._invalid[key] = str(exc)
+        else:
+            self._invalid.pop(key, None)
+            self._specs[key] = spec
+        waiter = self._waiters.get(key)
+        if waiter is not None:
+            waiter.event.set()
+
+    def _forget(self, key: str) -> None:
+        self._specs.pop(key, None)
+        self._invalid.pop(key, None)
+
+    # ----------------------------------------------------------------- health
+
+    def _succeeded(self) -> None:
+        self._failures = 0
+        if self._healthy:
+            return
+        self._healthy = True
+        if self.metrics is not None:
+            self.metrics.set_pod_cache_available(self.available)
+        if self._outage_logged:
+            self._outage_logged = False
+            self.log.warning(
+                "Kubernetes API reachable again at %s: pod cache synced, whole-pod admission "
+                "resumed",
+                self.server,
+            )
+
+    def _failed(self, exc: BaseException) -> None:
+        self._failures += 1
+        if self._healthy and self._failures >= self.unavailable_after:
+            self._healthy = False
+            if self.metrics is not None:
+                self.metrics.set_pod_cache_available(False)
+        if not self.available and not self._outage_logged:
+            self._outage_logged = True
+            self.log.warning(
+                "Kubernetes API unreachable at %s (%s); deciding from NRI data only until it is "
+                "back (retrying with back-off)",
+                self.server,
+                _describe(exc),
+            )
+        else:
+            self.log.debug("pod cache: request failed: %s", _describe(exc))
+
+    def _fallback(self, reason: str, uid: str, namespace: str, name: str, detail: str = "") -> None:
+        if self.metrics is not None:
+            self.metrics.pod_cache_fallback(reason)
+        if reason != "unavailable":
+            self.log.info(
+                "pod=%s/%s uid=%s: no usable spec in the pod cache (%s)%s; NRI-only inference",
+                namespace,
+                name,
+                uid,
+                reason,
+                f": {detail}" if detail else "",
+            )
+
+
+def _is_gone(exc: BaseException) -> bool:
+    if isinstance(exc, ApiError):
+        return exc.status.code == 410
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return exc.response.status_code == 410
+    return False
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiError):
+        return f"HTTP {exc.status.code}: {exc.status.message}"
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,396 @@
+"""A small Kubernetes API server for tests: real HTTP/1.1 over TCP on 127.0.0.1.
+
+It speaks what the pod cache and the event recorder use: ``GET /api/v1/pods`` (a JSON list with
+``metadata.resourceVersion``, ``fieldSelector=spec.nodeName=<node>`` honoured) and its watch
+(``watch=true``: a chunked stream of ``{"type": ..., "object": ...}`` lines from the requested
+``resourceVersion``, ``timeoutSeconds`` honoured), ``410 Gone`` for a compacted
+``resourceVersion`` (as an HTTP status or as a watch ``ERROR`` event), dropped connections, and
+``POST /api/v1/namespaces/<ns>/events``. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+
+@dataclass
+class Request:
+    """One request the server answered."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any = None
+
+
+@dataclass
+class _Watch:
+    selector: dict[str, str]
+    queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = field(default_factory=asyncio.Queue)
+    writer: asyncio.StreamWriter | None = None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _selector(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in filter(None, text.split(",")):
+        key, _, value = part.partition("=")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _field(obj: Mapping[str, Any], path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return "" if value is None else str(value)
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+class FakeKube:
+    """The fake API server. Mutate pods with ``add``/``modify``/``delete``; ``compact`` forgets
+    history (older resourceVersions answer 410), ``drop_watches`` cuts open watch connections,
+    ``stop``/``start`` take the whole server away and back on the same port."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port or free_port()
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.history: list[tuple[int, str, dict[str, Any]]] = []
+        self.rv = 100
+        self.compacted = 0
+        self.gone_as_event = True
+        """410 for a watch as a 200 stream with an ERROR event (the API server's way); False
+        answers the watch request itself with HTTP 410."""
+        self.requests: list[Request] = []
+        self.events: list[dict[str, Any]] = []
+        self.event_status = 201
+        """Status answered to event POSTs (e.g. 403 or 500 to make posting fail)."""
+        self.event_delay = 0.0
+        self._watches: list[_Watch] = []
+        self._server: asyncio.AbstractServer | None = None
+        self._conns: set[asyncio.StreamWriter] = set()
+        self.watch_opened = asyncio.Event()
+
+    @property
+    def url(self) -> str:
+        """The server's base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> FakeKube:
+        """Listen (again) on ``port``."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        return self
+
+    async def stop(self) -> None:
+        """Stop listening and cut every open connection."""
+        for watch in self._take_watches():
+            watch.queue.put_nowait(None)
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._conns):
+                writer.transport.abort()
+            await self._server.wait_closed()
+            self._server = None
+
+    # ----------------------------------------------------------------- pod store
+
+    def add(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a pod (a deep copy of ``obj``) and send ADDED."""
+        return self._change("ADDED", obj)
+
+    def modify(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace a pod and send MODIFIED."""
+        return self._change("MODIFIED", obj)
+
+    def delete(self, namespace: str, name: str) -> dict[str, Any]:
+        """Delete a pod and send DELETED."""
+        obj = self.pods.pop((namespace, name))
+        return self._change("DELETED", obj, store=False)
+
+    def bookmark(self) -> None:
+        """Send a BOOKMARK with the current resourceVersion to every watch."""
+        self.rv += 1
+        for watch in self._watches:
+            obj = {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.rv)}}
+            watch.queue.put_nowait(("BOOKMARK", obj))
+
+    def compact(self) -> None:
+        """Forget the history: the store moves on (as other objects' writes move it) and every
+        resourceVersion handed out so far becomes too old (410 for a watch from it)."""
+        self.rv += 1
+        self.compacted = self.rv
+        self.history.clear()
+
+    def drop_watches(self) -> None:
+        """Abort every open watch connection (no terminating chunk)."""
+        for watch in self._take_watches():
+            if watch.writer is not None:
+                watch.writer.transport.abort()
+            watch.queue.put_nowait(None)
+
+    def end_watches(self) -> None:
+        """End every open watch cleanly (as the server's timeoutSeconds does)."""
+        for watch in self._take_watches():
+            watch.queue.put_nowait(None)
+
+    def expire_watches(self) -> None:
+        """Send each open watch a 410 ERROR event (its resourceVersion is too old), then end it."""
+        self.compact()
+        for watch in self._take_watches():
+            status = _status(410, "Expired", "too old resource version")
+            watch.queue.put_nowait(("ERROR", status))
+            watch.queue.put_nowait(None)
+
+    def _take_watches(self) -> list[_Watch]:
+        watches, self._watches = self._watches, []
+        return watches
+
+    def _change(self, kind: str, obj: Mapping[str, Any], *, store: bool = True) -> dict[str, Any]:
+        self.rv += 1
+        stored = copy.deepcopy(dict(obj))
+        meta = stored.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        meta["resourceVersion"] = str(self.rv)
+        if store:
+            self.pods[(meta["namespace"], meta["name"])] = stored
+        self.history.append((self.rv, kind, stored))
+        for watch in self._watches:
+            if self._matches(stored, watch.selector):
+                watch.queue.put_nowait((kind, stored))
+        return stored
+
+    def _matches(self, obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
+        return all(_field(obj, key) == value for key, value in selector.items())
+
+    def watch_count(self) -> int:
+        """Watches open right now."""
+        return len(self._watches)
+
+    def pod_requests(self, watch: bool) -> list[Request]:
+        """The pod list (``watch=False``) or watch requests received, in order."""
+        return [
+            r
+            for r in self.requests
+            if r.path == "/api/v1/pods" and (r.query.get("watch") == "true") == watch
+        ]
+
+    # ----------------------------------------------------------------- HTTP
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._conns.add(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        key, _, value = line.partition(":")
+                        headers[key.strip().lower()] = value.strip()
+                length = int(headers.get("content-length", "0"))
+                raw = await reader.readexactly(length) if length else b""
+                url = urlsplit(target)
+                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+                body = json.loads(raw) if raw else None
+                request = Request(method, url.path, query, body)
+                self.requests.append(request)
+                await self._route(request, writer)
+        except (
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            asyncio.LimitOverrunError,
+            asyncio.CancelledError,
+        ):
+            pass
+        finally:
+            self._conns.discard(writer)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _route(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        if request.method == "GET" and request.path == "/api/v1/pods":
+            if request.query.get("watch") == "true":
+                await self._watch(request, writer)
+            else:
+                await self._list(request, writer)
+            return
+        parts = request.path.strip("/").split("/")
+        if (
+            request.method == "POST"
+            and len(parts) == 5
+            and parts[:3] == ["api", "v1", "namespaces"]
+            and parts[4] == "events"
+        ):
+            await self._post_event(parts[3], request, writer)
+            return
+        await self._json(writer, 404, _status(404, "NotFound", f"{request.path} not found"))
+
+    async def _list(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        selector = _selector(request.query.get("fieldSelector", ""))
+        items = [p for p in self.pods.values() if self._matches(p, selector)]
+        body = {
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": str(self.rv)},
+            "items": items,
+        }
+        await self._json(writer, 200, body)
+
+    async def _watch(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        selector = _selector(request.query.get("fieldSelector", ""))
+        since_text = request.query.get("resourceVersion", "")
+        timeout = float(request.query.get("timeoutSeconds", "0") or 0)
+        since = int(since_text) if since_text else None
+        gone = since is not None and since < self.compacted
+        if gone and not self.gone_as_event:
+            await self._json(writer, 410, _status(410, "Expired", "too old resource version"))
+            return
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        if gone:
+            await self._chunk(writer, "ERROR", _status(410, "Expired", "too old resource version"))
+            await self._end(writer)
+            return
+        watch = _Watch(selector, writer=writer)
+        if since is None:
+            for obj in self.pods.values():
+                if self._matches(obj, selector):
+                    watch.queue.put_nowait(("ADDED", obj))
+        else:
+            for rv, kind, obj in self.history:
+                if rv > since and self._matches(obj, selector):
+                    watch.queue.put_nowait((kind, obj))
+        self._watches.append(watch)
+        self.watch_opened.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout else None
+        while True:
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                break
+            try:
+                item = await asyncio.wait_for(watch.queue.get(), remaining)
+            except asyncio.TimeoutError:
+                break
+            if item is None:
+                break
+            await self._chunk(writer, *item)
+        if watch in self._watches:
+            self._watches.remove(watch)
+        await self._end(writer)
+
+    async def _post_event(
+        self, namespace: str, request: Request, writer: asyncio.StreamWriter
+    ) -> None:
+        if self.event_delay:
+            await asyncio.sleep(self.event_delay)
+        if self.event_status >= 300:
+            status = _status(self.event_status, "Forbidden", "events is forbidden")
+            await self._json(writer, self.event_status, status)
+            return
+        obj = dict(request.body or {})
+        obj.setdefault("metadata", {})["namespace"] = namespace
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.events.append(obj)
+        await self._json(writer, 201, obj)
+
+    async def _json(self, writer: asyncio.StreamWriter, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        reason = {200: "OK", 201: "Created", 404: "Not Found", 410: "Gone"}.get(code, "Error")
+        writer.write(
+            f"HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+
+    async def _chunk(self, writer: asyncio.StreamWriter, kind: str, obj: Any) -> None:
+        data = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        await writer.drain()
+
+    async def _end(self, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+def kubeconfig_text(url: str, token: str = "test-token") -> str:
+    """A kubeconfig (YAML) for a server at ``url`` with a bearer token."""
+    return (
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters:\n- name: fake\n  cluster:\n    server: {url}\n"
+        f"users:\n- name: fake\n  user:\n    token: {token}\n"
+        "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n"
+    )
+
+
+def api_pod(
+    name: str,
+    node: str,
+    *,
+    namespace: str = "default",
+    uid: str | None = None,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A one-container Guaranteed pod object as the API server stores it (no kind on items)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    res = {"cpu": cpu, "memory": memory}
+    return {
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "app", "resources": {"requests": res, "limits": res}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def manifest_objects(text: str, node: str, uid: Callable[[str, str], str]) -> list[dict[str, Any]]:
+    """The Pod documents of a manifest, bound to ``node``, each with ``uid(namespace, name)``
+    as ``metadata.uid`` when it has none (as the API server would assign one)."""
+    out = []
+    for doc in yaml.safe_load_all(text):
+        if not doc:
+            continue
+        obj = copy.deepcopy(doc)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        meta.setdefault("uid", uid(meta["namespace"], meta["name"]))
+        obj["spec"]["nodeName"] = node
+        out.append(obj)
+    return out
