@@ -1,7 +1,8 @@
 """``nri-plrm run``: topology, engine, checkpoint, metrics, PodResources and the NRI stub, wired.
 
 Start-up order: logging, topology discovery, the kubelet-conflict check, engine, checkpoint
-restore, metrics HTTP server, PodResources server, NRI stub. ``SIGTERM``/``SIGINT`` stop cleanly;
+restore, metrics HTTP server, PodResources server, the Kubernetes API pod cache and event
+recorder (``[kubernetes] enabled``), NRI stub. ``SIGTERM``/``SIGINT`` stop cleanly;
 ``SIGHUP`` re-reads the configuration file and applies ``[log]`` changes live (every other
 change is logged as needing a restart). ``on_ready`` is called each time the plugin is
 registered and synchronized with the runtime (systemd ``READY=1`` by default).
@@ -29,6 +30,8 @@ from nri_plrm.metrics import Metrics, MetricsServer
 from nri_plrm.nri.stub import Stub
 from nri_plrm.plugin import Plugin
 from nri_plrm.podresources.server import PodResourcesServer
+from nri_plrm.podsource.access import open_kubernetes
+from nri_plrm.podsource.base import PodEventSink, PodSpecSource
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.sysfs import discover
 
@@ -71,7 +74,14 @@ def setup_logging(level: str, fmt: str) -> None:
     root.setLevel(level.upper())
 
 
-def build_plugin(config: Config, topology: Topology, metrics: Metrics | None = None) -> Plugin:
+def build_plugin(
+    config: Config,
+    topology: Topology,
+    metrics: Metrics | None = None,
+    *,
+    pod_specs: PodSpecSource | None = None,
+    events: PodEventSink | None = None,
+) -> Plugin:
     """The engine, checkpoint store and plugin for ``config`` on ``topology``, restored."""
     plugin = Plugin(
         Engine(topology, config.engine_config()),
@@ -79,6 +89,8 @@ def build_plugin(config: Config, topology: Topology, metrics: Metrics | None = N
         metrics=metrics,
         kubelet_state_path=config.state.kubelet_state_dir or None,
         lookup_timeout=config.kubernetes.lookup_timeout,
+        pod_specs=pod_specs,
+        events=events,
     )
     plugin.restore()
     return plugin
@@ -100,7 +112,14 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         return EXIT_FAILURE
 
     metrics = Metrics(request_timeout=config.nri.request_timeout)
-    plugin = build_plugin(config, topology, metrics)
+    kube = open_kubernetes(config.kubernetes, metrics)
+    plugin = build_plugin(
+        config,
+        topology,
+        metrics,
+        pod_specs=kube.cache if kube is not None else None,
+        events=kube.events if kube is not None else None,
+    )
     metrics.attach_view(plugin, topology)
     stub = Stub(
         plugin,
@@ -129,6 +148,8 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         log.error("not starting: %s", exc)
         if http is not None:
             http.stop()
+        if kube is not None:
+            await kube.stop()
         return EXIT_FAILURE
 
     ready_hook = on_ready or (lambda: sdnotify.ready("registered and synchronized"))
@@ -164,9 +185,13 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
                 await asyncio.sleep(0.2)
 
     announcer = loop.create_task(announce())
+    if kube is not None:
+        kube.start()
     try:
         await stub.run()
     finally:
+        if kube is not None:
+            await kube.stop()
         announcer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await announcer

@@ -47,7 +47,7 @@ from nri_plrm.intent import (
 from nri_plrm.metrics import Metrics
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.podresources.view import ContainerView, PodView
-from nri_plrm.podsource.base import PodSpecSource
+from nri_plrm.podsource.base import PodEventSink, PodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api
 
 CHECKPOINT_LAYOUT = 1
@@ -87,7 +87,8 @@ class Plugin:
     ``engine`` makes the decisions; ``store`` (optional) persists them; ``pod_specs`` (optional)
     gives full pod specs for the kubelet-exact whole-pod mode; ``metrics`` (optional) counts
     them; ``kubelet_state_path`` (optional) is a directory where the node state is exported in
-    the kubelet's ``cpu_manager_state``/``memory_manager_state`` formats after every change.
+    the kubelet's ``cpu_manager_state``/``memory_manager_state`` formats after every change;
+    ``events`` (optional) receives the kubelet's rejection reason and message as pod Events.
     """
 
     def __init__(
@@ -100,6 +101,7 @@ class Plugin:
         logger: logging.Logger | None = None,
         kubelet_state_path: str | None = None,
         lookup_timeout: float = 0.5,
+        events: PodEventSink | None = None,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -108,6 +110,7 @@ class Plugin:
         self.log = logger or logging.getLogger("nri_plrm.plugin")
         self.kubelet_state_path = kubelet_state_path
         self.lookup_timeout = lookup_timeout
+        self.events = events
         self.runtime = ("", "")
         self._pods: dict[str, _Pod] = {}
         self._ids: dict[str, tuple[str, str]] = {}
@@ -360,6 +363,7 @@ class Plugin:
             if self.metrics is not None:
                 self.metrics.plugin_admission_rejected(err.reason)
             self._decision_log(record, "", None, f"rejected {err.reason}: {err.message}")
+            self._event(record, err)
             raise NRIError(f"{err.reason}: {err.message}") from err
         self._pods[uid] = record
         self._touched.add(uid)
@@ -513,9 +517,15 @@ class Plugin:
 
     async def _lookup(self, uid: str, namespace: str, name: str) -> PodSpec | None:
         source = self.pod_specs
-        if source is None or not source.available:
+        if source is None:
             return None
         return await source.lookup(uid, namespace, name, self.lookup_timeout)
+
+    def _event(self, record: _Pod, err: AdmissionError) -> None:
+        """Post the kubelet's rejection as a Warning Event on the pod (never blocks)."""
+        if self.events is not None:
+            spec = record.intent.spec
+            self.events.record(spec.uid, spec.namespace, spec.name, err.reason, err.message)
 
     def _place(
         self, record: _Pod, container: api.Container
@@ -542,6 +552,8 @@ class Plugin:
             if self.metrics is not None:
                 self.metrics.plugin_allocation_error(reason)
             self._decision_log(record, name, None, f"rejected {reason}: {err}")
+            if isinstance(err, AdmissionError):
+                self._event(record, err)
             raise NRIError(f"pod {record.label()} container {name}: {reason}: {err}") from err
         self._track((uid, name), assignment)
         changes = self._with_node_pool(before, found)
