@@ -377,6 +377,19 @@ class Engine:
             self.counters.bump(self.counters.allocation_errors, (MEMORY, SOURCE_POD))
             raise
 
+    def _reserve_again(self, record: _PodRecord) -> None:
+        """Reserve a pod-level pod's budget again after the kubelet's release rule (its last
+        container entry was removed) gave it back while the sandbox lives: the pod hint is
+        merged afresh (the node changed since sandbox time); a failure leaves nothing."""
+        uid = record.spec.uid
+        try:
+            record.hint = self.topology_manager.pod_hint(record.spec, self._providers)
+            self._reserve_budget(record)
+        except AdmissionError:
+            self.cpu_manager.remove_pod(uid)
+            self.memory_manager.remove_pod(uid)
+            raise
+
     def add_container(
         self, pod: PodSpec, container: ContainerSpec
     ) -> tuple[ContainerAssignment, Changes]:
@@ -407,7 +420,7 @@ class Engine:
         try:
             if record.mode == MODE_POD_LEVEL and self._pod_scope:
                 if not self._has_budget(uid):
-                    self._reserve_budget(record)
+                    self._reserve_again(record)
                 self._add_to_budget(record, container)
             else:
                 self._add_classic(record, container)

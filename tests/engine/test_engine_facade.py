@@ -370,3 +370,18 @@ def test_non_integral_cpu_container_shares_cpus_but_pins_memory() -> None:
     assert e.memory_manager.container_blocks("p", "half") == (MemoryBlock((0,), "memory", GI),)
     assert e.memory_manager.pod_pool("p") == {"memory": GI}
     assert e.verify() == []
+
+
+def test_budget_reserved_again_follows_the_node_not_the_stale_hint() -> None:
+    e = engine("single-numa-node", "pod")
+    budget = PodSpec(uid="p", requests=TWO, limits=TWO)
+    e.admit_sandbox(budget)
+    assert e.pod_memory("p")[0].numa_nodes == (0,)
+    e.add_container(budget, ContainerSpec("init", requests=ONE, limits=ONE))
+    e.stop_container("p", "init")
+    e.remove_container("p", "init")
+    big = {"cpu": 1000, "memory": 14 * GI}
+    e.admit_pod(classic("hog", ContainerSpec("hog", requests=big, limits=big)))
+    got, _ = e.add_container(budget, ContainerSpec("web", requests=ONE, limits=ONE))
+    assert got.mems == CPUSet([1]) and e.pod_memory("p")[0].numa_nodes == (1,)
+    assert e.verify() == []
