@@ -48,6 +48,8 @@ class NotifyError(ValueError):
 
 def _address(raw: str) -> str:
     """The socket address for ``NOTIFY_SOCKET``: a filesystem path or an abstract name."""
+    if "\0" in raw:
+        raise NotifyError(f"NOTIFY_SOCKET: {raw!r}: must not contain a NUL character")
     if raw.startswith("/"):
         return raw
     if raw.startswith("@") and len(raw) > 1:

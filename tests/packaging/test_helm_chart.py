@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nri_plrm.config import parse_config
 
@@ -25,6 +27,7 @@ import helm_python
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "packaging" / "helm" / "nri-plrm"
+DEFAULT_TABLES = frozenset(yaml.safe_load((CHART / "values.yaml").read_text())["config"])
 
 
 def _load_render() -> ModuleType:
@@ -296,3 +299,43 @@ def test_strings_are_escaped_for_toml() -> None:
     text, parsed = config_of({"config": {"log": {"level": 'a "quoted"\\ value'}}})
     assert parsed["log"]["level"] == 'a "quoted"\\ value'
     assert text.count("[log]") == 1
+
+
+_scalars = (
+    st.text(max_size=12)
+    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.booleans()
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_tables = st.dictionaries(
+    st.text(max_size=8).filter(lambda name: name not in DEFAULT_TABLES),
+    st.dictionaries(st.text(max_size=8), _values, max_size=3),
+    min_size=1,
+    max_size=2,
+)
+
+
+def as_helm_sees_it(value: Any) -> Any:
+    """Helm holds every number as a float64 (a whole one prints as a TOML integer)."""
+    if isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, list):
+        return [as_helm_sees_it(v) for v in value]
+    return {k: as_helm_sees_it(v) for k, v in value.items()}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_tables)
+def test_any_config_values_render_to_equal_toml(extra: dict[str, Any]) -> None:
+    _, parsed = config_of({"config": extra})
+    for table, settings_ in extra.items():
+        assert as_helm_sees_it(parsed[table]) == as_helm_sees_it(settings_)

@@ -156,6 +156,7 @@ def test_unreachable_socket_is_logged_not_raised(
     [
         ({"NOTIFY_SOCKET": "relative/path"}, "NOTIFY_SOCKET: 'relative/path'"),
         ({"NOTIFY_SOCKET": "@"}, "NOTIFY_SOCKET: '@'"),
+        ({"NOTIFY_SOCKET": "/run/a\0b"}, "must not contain a NUL"),
         ({"NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "soon"}, "WATCHDOG_USEC: 'soon'"),
         ({"NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "0"}, "WATCHDOG_USEC: 0"),
     ],
@@ -199,3 +200,20 @@ def test_encode_accepts_only_well_formed_fields(fields: dict[str, str]) -> None:
     else:
         with pytest.raises(NotifyError):
             encode(fields)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"]),
+        st.text(max_size=30),
+    )
+)
+def test_any_environment_gives_a_notifier_or_a_named_error(env: dict[str, str]) -> None:
+    try:
+        notifier = Notifier.from_environment(env)
+    except NotifyError as exc:
+        assert str(exc).startswith(("NOTIFY_SOCKET:", "WATCHDOG_USEC:"))
+        return
+    assert notifier.enabled == bool(env.get("NOTIFY_SOCKET"))
+    interval = notifier.watchdog_interval
+    assert interval is None or interval > 0

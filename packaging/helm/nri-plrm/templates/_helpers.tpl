@@ -39,12 +39,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{/*
+A JSON literal that is also valid TOML and YAML text: toJson leaves U+007F..U+009F raw, which
+neither allows, so they are escaped as \u00XX too.
+*/}}
+{{- define "nri-plrm.json" -}}
+{{- $text := toJson . -}}
+{{- range $i := until 33 -}}
+{{- $code := add 127 $i -}}
+{{- $text = replace (printf "%c" $code) (printf "\\u%04x" $code) $text -}}
+{{- end -}}
+{{- $text -}}
+{{- end -}}
+
 {{/* A TOML key: bare when it can be, else quoted. */}}
 {{- define "nri-plrm.tomlKey" -}}
 {{- if regexMatch "^[A-Za-z0-9_-]+$" . -}}
 {{- . -}}
 {{- else -}}
-{{- toJson . -}}
+{{- include "nri-plrm.json" . -}}
 {{- end -}}
 {{- end -}}
 
@@ -68,7 +81,7 @@ number or boolean is also a valid TOML one). Null map entries are left out.
 {{- end -}}
 {{- printf "[%s]" (join ", " $items) -}}
 {{- else -}}
-{{- toJson . -}}
+{{- include "nri-plrm.json" . -}}
 {{- end -}}
 {{- end -}}
 
@@ -77,7 +90,7 @@ number or boolean is also a valid TOML one). Null map entries are left out.
 # nri-plrm configuration, rendered from the Helm values (config.*); see docs/config.md.
 {{- range $table, $settings := .Values.config }}
 
-[{{ $table }}]
+[{{ include "nri-plrm.tomlKey" $table }}]
 {{- range $key, $value := $settings }}
 {{- if not (kindIs "invalid" $value) }}
 {{ include "nri-plrm.tomlKey" $key }} = {{ include "nri-plrm.tomlValue" $value }}
