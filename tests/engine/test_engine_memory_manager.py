@@ -4,7 +4,7 @@ Ported upstream cases (kubernetes ``pkg/kubelet/cm/memorymanager/policy_static_t
 ``TestStaticPolicyNew`` 2, ``TestStaticPolicyStart`` 1 (default state), ``TestStaticPolicyAllocate``
 7 (non-guaranteed, default hint, default hint failure, default preferred failure, extension
 failure, extended preferred failure, multi-NUMA), ``TestStaticPolicyRemoveContainer`` 1 (cross
-NUMA), ``TestStaticPolicyGetTopologyHints`` 7 = 17. Pod-level (KEP-5526) cases follow spec
+NUMA), ``TestStaticPolicyGetTopologyHints`` 7 = 18. Pod-level (KEP-5526) cases follow spec
 §4.4/§4.6; ``calculate_hints`` is also checked against a literal transcription (hypothesis).
 """
 
