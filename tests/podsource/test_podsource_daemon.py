@@ -1,0 +1,114 @@
+"""``[kubernetes] enabled`` in the real daemon: the pod cache and Events wired, or NRI-only."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import urllib.request
+from pathlib import Path
+
+import pytest
+from fakekube import FakeKube, free_port, kubeconfig_text, manifest_objects
+from plrm_daemon import running_daemon
+
+from nri_plrm.config import KubernetesSettings
+from nri_plrm.manifest import derived_uid, load_manifests
+from nri_plrm.metrics import Metrics
+from nri_plrm.podsource.access import open_kubernetes
+from nri_plrm.ttrpc.messages import TtrpcError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NODE = "node-a"
+
+
+def kubernetes_table(kubeconfig: Path) -> str:
+    return (
+        f'[kubernetes]\nenabled = true\nkubeconfig = "{kubeconfig}"\nnode_name = "{NODE}"\n'
+        "lookup_timeout = 1.0\n"
+    )
+
+
+async def scrape(url: str) -> str:
+    def get() -> str:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    return await asyncio.to_thread(get)
+
+
+async def wait_for_metric(url: str, line: str) -> str:
+    for _ in range(200):
+        text = await scrape(url)
+        if line in text.splitlines():
+            return text
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{line!r} never appeared in /metrics")
+
+
+def test_daemon_rejects_at_sandbox_creation_and_posts_the_event(tmp_path: Path) -> None:
+    path = EXAMPLES / "empty-shared-pool.yaml"
+    (spec,) = load_manifests([path])
+
+    async def main() -> None:
+        fk = await FakeKube().start()
+        for obj in manifest_objects(path.read_text(), NODE, derived_uid):
+            fk.add(obj)
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(kubeconfig_text(fk.url))
+        try:
+            async with running_daemon(tmp_path, kubernetes_table(kubeconfig)) as d:
+                await wait_for_metric(d.metrics_url, "nri_plrm_pod_cache_available 1.0")
+                with pytest.raises(TtrpcError) as err:
+                    await d.runtime.run_pod(spec)
+                assert "TopologyAffinityError" in str(err.value)
+                for _ in range(200):
+                    if fk.events:
+                        break
+                    await asyncio.sleep(0.02)
+                (event,) = fk.events
+                assert event["reason"] == "TopologyAffinityError"
+                assert event["involvedObject"]["uid"] == spec.uid
+                text = await scrape(d.metrics_url)
+                assert 'nri_plrm_kubernetes_events_total{result="posted"} 1.0' in text
+        finally:
+            await fk.stop()
+
+    asyncio.run(main())
+
+
+def test_daemon_without_the_api_runs_nri_only(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = EXAMPLES / "pod-scope-mixed.yaml"
+    (spec,) = load_manifests([path])
+
+    async def main() -> None:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(kubeconfig_text(f"http://127.0.0.1:{free_port()}"))
+        async with running_daemon(tmp_path, kubernetes_table(kubeconfig)) as d:
+            pod = await d.runtime.launch(spec)
+            assert len(d.runtime.cpus_of(pod, "main-app")) == 2
+            text = await scrape(d.metrics_url)
+            assert "nri_plrm_pod_cache_available 0.0" in text.splitlines()
+            assert 'nri_plrm_pod_cache_fallbacks_total{reason="unavailable"} 1.0' in text
+
+    asyncio.run(main())
+    logged = capfd.readouterr().err  # the daemon logs to stderr
+    assert logged.count("Kubernetes API unreachable") == 1, logged
+
+
+def test_open_kubernetes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    assert open_kubernetes(KubernetesSettings()) is None
+    metrics = Metrics()
+    missing = KubernetesSettings(enabled=True, kubeconfig=str(tmp_path / "nope"), node_name="n")
+    with caplog.at_level(logging.ERROR):
+        assert open_kubernetes(missing, metrics) is None
+    assert any("deciding from NRI data only" in r.getMessage() for r in caplog.records)
+    assert metrics.registry.get_sample_value("nri_plrm_pod_cache_available") == 0
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text("http://127.0.0.1:1"))
+    access = open_kubernetes(KubernetesSettings(enabled=True, kubeconfig=str(kubeconfig)))
+    assert access is not None
+    assert access.cache.server == "http://127.0.0.1:1"
+    assert access.cache.client is access.events.client
+    asyncio.run(access.stop())
