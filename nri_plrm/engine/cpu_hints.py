@@ -15,6 +15,7 @@ from itertools import combinations, compress
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_assignment import TopologyIndex, topology_index
+from nri_plrm.engine.topology_manager import HintList
 from nri_plrm.engine.types import TopologyHint
 from nri_plrm.topology.model import Topology
 
@@ -49,7 +50,8 @@ class _MaskTable:
         totals = sorted((index.numa_size[node] for node in ids), reverse=True)
         self._totals_desc = totals
         self._choices: dict[tuple[int, bool], list[TopologyHint]] = {}
-        self.every_mask: dict[tuple[int, bool], list[TopologyHint]] = {}
+        self._preferred_indexes: dict[tuple[int, bool], list[int]] = {}
+        self.every_mask: dict[tuple[int, bool], HintList] = {}
 
     def choice(self, narrowest: int, align_by_socket: bool) -> list[TopologyHint]:
         """The hint each index mask yields (preferred or not) for this narrowest width."""
@@ -63,6 +65,16 @@ class _MaskTable:
             ]
             self._choices[key] = chosen
         return chosen
+
+    def preferred_indexes(self, narrowest: int, align_by_socket: bool) -> list[int]:
+        """The index masks whose hint is preferred for this narrowest width (a short list)."""
+        key = (narrowest, align_by_socket)
+        found = self._preferred_indexes.get(key)
+        if found is None:
+            chosen = self.choice(narrowest, align_by_socket)
+            found = [m for m in self.order if chosen[m].preferred]
+            self._preferred_indexes[key] = found
+        return found
 
     def _preferred(self, m: int, narrowest: int, align_by_socket: bool) -> bool:
         if self.width[m] == narrowest:
@@ -104,11 +116,14 @@ def generate_cpu_hints(
     request: int,
     *,
     align_by_socket: bool = False,
-) -> list[TopologyHint]:
+) -> HintList:
     """The kubelet's ``generateCPUTopologyHints`` (hint order = ``IterateBitMasks`` order).
 
     A mask is kept when every reusable CPU lies in it and reusable plus available CPUs in it
     reach ``request`` (an overlap of the two sets is counted twice, as the kubelet does).
+    The result is a :class:`HintList` that already knows its preferred masks, so the topology
+    manager's merge never scans the (up to 65,535-entry) list; it may be a cached object that
+    callers must not mutate.
     """
     table = _table(topology)
     index = table.index
@@ -119,23 +134,32 @@ def generate_cpu_hints(
         if node in table.ids:
             required |= 1 << table.ids.index(node)
         else:
-            return []
+            return HintList()
     needed = request - len(reusable)
     narrowest = table.min_affinity(request)
     chosen = table.choice(narrowest, align_by_socket)
+    preferred = table.preferred_indexes(narrowest, align_by_socket)
+    real = table.real
     if required == 0 and all(count >= needed for count in per_node):
         # Every single node qualifies, so every mask does: the answer depends on the width only.
         key = (narrowest, align_by_socket)
         cached = table.every_mask.get(key)
         if cached is None:
-            cached = list(map(chosen.__getitem__, table.order))
+            cached = HintList(
+                map(chosen.__getitem__, table.order),
+                preferred_masks={real[m] for m in preferred},
+            )
             table.every_mask[key] = cached
-        return list(cached)
+        return cached
     free = _by_doubling(per_node)
     if required == 0:
         kept: Iterable[int] = compress(
             table.order, map(needed.__le__, map(free.__getitem__, table.order))
         )
+        preferred_kept = {real[m] for m in preferred if free[m] >= needed}
     else:
         kept = (m for m in table.order if free[m] >= needed and m & required == required)
-    return list(map(chosen.__getitem__, kept))
+        preferred_kept = {
+            real[m] for m in preferred if free[m] >= needed and m & required == required
+        }
+    return HintList(map(chosen.__getitem__, kept), preferred_masks=preferred_kept)

@@ -49,6 +49,7 @@ from nri_plrm.engine.cpu_requests import (
     qualifies_for_exclusive_cpus,
     validate_pod_scope_resources,
 )
+from nri_plrm.engine.topology_manager import HintList
 from nri_plrm.engine.types import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
@@ -444,9 +445,7 @@ class CPUManager:
         return not self._plrm and pod.has_pod_level_resources
 
     # -- hints -------------------------------------------------------------------------------
-    def _generate_hints(
-        self, available: CPUSet, reusable: CPUSet, request: int
-    ) -> list[TopologyHint]:
+    def _generate_hints(self, available: CPUSet, reusable: CPUSet, request: int) -> HintList:
         return generate_cpu_hints(
             self.topology,
             available,

@@ -137,8 +137,19 @@ class HintList(list[TopologyHint]):
     merge does not scan them again on every call. Do not mutate it after construction.
     """
 
-    def __init__(self, hints: Iterable[TopologyHint] = ()) -> None:
+    def __init__(
+        self,
+        hints: Iterable[TopologyHint] = (),
+        *,
+        preferred_masks: AbstractSet[int] | None = None,
+    ) -> None:
+        """Build the list; ``preferred_masks``, when the provider already knows them (they
+        must be exactly the masks of the preferred hints, none of them nil), saves the scan."""
         super().__init__(hints)
+        if preferred_masks is not None:
+            self.preferred_nil = False
+            self.preferred_masks = frozenset(preferred_masks)
+            return
         raw = {h.numa_affinity for h in self if h.preferred}
         self.preferred_nil = None in raw
         self.preferred_masks = frozenset(m for m in raw if m is not None)
