@@ -44,7 +44,7 @@ with open(sys.argv[1], "rb") as f:
 PY
 )"
 pyver="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-arch="$(dpkg-deb --version >/dev/null && dpkg --print-architecture)"
+arch="$(dpkg --print-architecture)"
 
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
@@ -72,6 +72,9 @@ if grep -rqF "$root" "$venv"; then
 fi
 "$python" -m compileall -q -j 0 --invalidation-mode checked-hash -s "$root" -p / \
     "$venv/lib/python$pyver/site-packages" >/dev/null
+# The interpreter finds its venv next to itself, so the relocated tree still imports here.
+"$venv/bin/python" -I -c 'import nri_plrm.cli, nri_plrm.daemon, grpc, google.protobuf, yaml' \
+    || die "the relocated venv cannot import nri-plrm and its dependencies"
 
 install -D -m 0644 "$repo/systemd/nri-plrm.service" "$root/lib/systemd/system/nri-plrm.service"
 install -D -m 0644 "$repo/systemd/nri-plrm.default" "$root/etc/default/nri-plrm"

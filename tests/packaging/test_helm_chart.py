@@ -113,7 +113,7 @@ def test_rendered_config_is_valid_and_matches_values() -> None:
     assert parsed == values
     assert config.metrics.address == "0.0.0.0:9740"
     assert config.topology.sysfs_root == "/host/sys"
-    assert config.kubernetes.enabled is False
+    assert config.kubernetes.enabled is True
 
 
 def test_config_wiring_between_configmap_and_pod() -> None:
@@ -219,9 +219,7 @@ def test_rbac_for_the_pod_cache() -> None:
     pod = ds["spec"]["template"]["spec"]
     account = objs[("ServiceAccount", "nri-plrm")]
     assert pod["serviceAccountName"] == account["metadata"]["name"]
-    assert pod["automountServiceAccountToken"] is False
-    cache_on = daemonset({"config": {"kubernetes": {"enabled": True}}})
-    assert cache_on["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    assert pod["automountServiceAccountToken"] is True
     role = objs[("ClusterRole", "nri-plrm")]
     rules = {
         (g, r): sorted(rule["verbs"])
