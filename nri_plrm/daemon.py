@@ -23,7 +23,7 @@ from typing import Any
 
 from nri_plrm import sdnotify
 from nri_plrm.checkpoint.kubelet import check_kubelet_cpu_manager
-from nri_plrm.checkpoint.store import CheckpointStore
+from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.config import Config, ConfigError, diff_configs, load_config, validate_for_topology
 from nri_plrm.engine.engine import Engine
 from nri_plrm.metrics import Metrics, MetricsServer
@@ -113,13 +113,19 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
 
     metrics = Metrics(request_timeout=config.nri.request_timeout)
     kube = open_kubernetes(config.kubernetes, metrics)
-    plugin = build_plugin(
-        config,
-        topology,
-        metrics,
-        pod_specs=kube.cache if kube is not None else None,
-        events=kube.events if kube is not None else None,
-    )
+    try:
+        plugin = build_plugin(
+            config,
+            topology,
+            metrics,
+            pod_specs=kube.cache if kube is not None else None,
+            events=kube.events if kube is not None else None,
+        )
+    except (CheckpointError, OSError) as exc:
+        log.error("not starting: state directory %s: %s", config.state.dir, exc)
+        if kube is not None:
+            await kube.stop()
+        return EXIT_FAILURE
     metrics.attach_view(plugin, topology)
     stub = Stub(
         plugin,
@@ -198,6 +204,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         sdnotify.stopping()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
+        plugin.close()
         if podresources is not None:
             podresources.stop()
         if http is not None:

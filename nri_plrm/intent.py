@@ -253,7 +253,8 @@ def container_spec(intent: PodIntent, container: api.Container) -> ContainerSpec
     return ContainerSpec(name=container.name, requests=requests, limits=limits)
 
 
-def _container_to_dict(c: ContainerSpec) -> dict[str, Any]:
+def container_to_dict(c: ContainerSpec) -> dict[str, Any]:
+    """A JSON-able form of a ``ContainerSpec`` (for the checkpoint)."""
     return {
         "name": c.name,
         "kind": c.kind.value,
@@ -262,7 +263,8 @@ def _container_to_dict(c: ContainerSpec) -> dict[str, Any]:
     }
 
 
-def _container_from_dict(d: Mapping[str, Any]) -> ContainerSpec:
+def container_from_dict(d: Mapping[str, Any]) -> ContainerSpec:
+    """The inverse of :func:`container_to_dict`; unknown keys are ignored."""
     return ContainerSpec(
         name=str(d["name"]),
         kind=ContainerKind(d.get("kind", ContainerKind.APP.value)),
@@ -277,8 +279,8 @@ def spec_to_dict(spec: PodSpec) -> dict[str, Any]:
         "uid": spec.uid,
         "namespace": spec.namespace,
         "name": spec.name,
-        "init_containers": [_container_to_dict(c) for c in spec.init_containers],
-        "containers": [_container_to_dict(c) for c in spec.containers],
+        "init_containers": [container_to_dict(c) for c in spec.init_containers],
+        "containers": [container_to_dict(c) for c in spec.containers],
         "requests": None if spec.requests is None else dict(spec.requests),
         "limits": None if spec.limits is None else dict(spec.limits),
     }
@@ -294,8 +296,8 @@ def spec_from_dict(d: Mapping[str, Any]) -> PodSpec:
         uid=str(d["uid"]),
         namespace=str(d.get("namespace", "default")),
         name=str(d.get("name", "")),
-        init_containers=tuple(_container_from_dict(c) for c in d.get("init_containers", ())),
-        containers=tuple(_container_from_dict(c) for c in d.get("containers", ())),
+        init_containers=tuple(container_from_dict(c) for c in d.get("init_containers", ())),
+        containers=tuple(container_from_dict(c) for c in d.get("containers", ())),
         requests=resources(d.get("requests")),
         limits=resources(d.get("limits")),
     )

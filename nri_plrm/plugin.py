@@ -2,21 +2,32 @@
 
 ``Plugin`` implements the wire layer's ``Handlers`` contract (``nri_plrm.nri.stub``). It turns
 NRI events into engine calls (whole-pod mode when a ``PodSpecSource`` knows the pod, NRI-only
-inference otherwise, see ``docs/design.md``), saves every decision with the checkpoint store
-before the reply that applies it, answers with adjustments and updates, and sends pool growth
-after removals with an asynchronous ``UpdateContainers`` (never from inside a handler).
+inference otherwise, see ``docs/design.md``), makes every decision durable before the reply
+that applies it, answers with adjustments and updates, and sends pool growth after removals
+with an asynchronous ``UpdateContainers`` (never from inside a handler).
+
+Durability: the full state (engine snapshot + the plugin's tables) is written with the
+``CheckpointStore``; each decision after it is appended to a checksummed decision journal in
+the same directory (one small write and one ``fdatasync``), and the journal is folded into a
+new full checkpoint in the background once it grows (and after every Synchronize). A restart
+loads the checkpoint and replays the journal through the same (deterministic) engine calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
+from nri_plrm.checkpoint.atomic import open_dir, write_at
 from nri_plrm.checkpoint.kubelet import (
     cpu_state_from_manager,
     memory_state_from_manager,
@@ -36,7 +47,9 @@ from nri_plrm.engine.types import (
 from nri_plrm.intent import (
     IntentError,
     PodIntent,
+    container_from_dict,
     container_spec,
+    container_to_dict,
     intent_from_dict,
     intent_to_dict,
     pod_identity,
@@ -52,14 +65,160 @@ from nri_plrm.proto import nri_api_pb2 as api
 
 CHECKPOINT_LAYOUT = 1
 """Version of the plugin's part of the checkpoint ``data`` (the store versions the file)."""
-
-Changes = Mapping[tuple[str, str], ContainerAssignment]
-"""Other containers whose assignment changed, by (pod uid, container name)."""
+JOURNAL_FILE = "journal.jsonl"
+COMPACT_RECORDS = 1000
+"""Journal records after which the journal is folded into a full checkpoint."""
+COMPACT_BYTES = 4 << 20
+COMPACT_DELAY = 0.05
+"""Seconds after the decision that filled the journal before compacting (off the reply path)."""
 EXPORT_DELAY = 0.05
 """Seconds after a change before the kubelet-format files are rewritten (coalesces bursts)."""
 
+Changes = Mapping[tuple[str, str], ContainerAssignment]
+"""Other containers whose assignment changed, by (pod uid, container name)."""
+Op = dict[str, Any]
+"""One journal record: a decision's inputs, replayable through the engine."""
+
 UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
 """Sends an unsolicited ``UpdateContainers`` (the stub's ``update_containers``)."""
+
+
+class JournalError(Exception):
+    """The decision journal cannot be written (names the path and the cause)."""
+
+
+class DecisionJournal:
+    """Append-only, checksummed log of the decisions made since the last full checkpoint.
+
+    One line per record: ``<crc32 hex> <canonical JSON>``. The first record is a header
+    ``{"generation": g}`` naming the checkpoint generation the records apply to. A torn last
+    line (crash mid-write, never acknowledged) is ignored; a bad line before it means the file
+    was damaged: it is moved aside as ``journal.jsonl.corrupt-<n>`` and reported. Files are
+    opened relative to the state directory without following symlinks (mode 0600).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / JOURNAL_FILE
+        self.size = 0
+        self.count = 0
+        self.broken: str | None = None
+        """Why appends are refused until the next :meth:`reset` (a failed write or reset)."""
+        self._fd: int | None = None
+
+    @staticmethod
+    def encode(record: Mapping[str, Any]) -> bytes:
+        """The line for ``record``."""
+        body = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+        return b"%08x %s\n" % (zlib.crc32(body), body)
+
+    @staticmethod
+    def decode(line: bytes) -> dict[str, Any]:
+        """The record of one line (without its newline); ValueError names what is wrong."""
+        crc, sep, body = line.partition(b" ")
+        if not sep or len(crc) != 8:
+            raise ValueError("not '<crc32> <json>'")
+        if int(crc, 16) != zlib.crc32(body):
+            raise ValueError("checksum mismatch")
+        record = json.loads(body)
+        if not isinstance(record, dict):
+            raise ValueError("record is not a JSON object")
+        return record
+
+    def read(self) -> tuple[int | None, list[Op], str | None]:
+        """(generation, records, problem): the header's generation (None without a journal),
+        the intact records in order, and why the file was moved aside (None when intact)."""
+        dfd = open_dir(self.directory, 0o700)
+        try:
+            try:
+                fd = os.open(JOURNAL_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except FileNotFoundError:
+                return None, [], None
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
+            lines = data.split(b"\n")[:-1]
+            generation: int | None = None
+            records: list[Op] = []
+            for number, line in enumerate(lines, 1):
+                try:
+                    record = self.decode(line)
+                    if number == 1:
+                        generation = int(record["generation"])
+                        continue
+                except (ValueError, KeyError, TypeError) as exc:
+                    moved = self._quarantine(dfd)
+                    return (
+                        generation,
+                        records,
+                        f"journal {self.path} line {number}: {exc}; kept as {moved}",
+                    )
+                records.append(record)
+            return generation, records, None
+        finally:
+            os.close(dfd)
+
+    def _quarantine(self, dfd: int) -> Path:
+        n = 1
+        while True:
+            name = f"{JOURNAL_FILE}.corrupt-{n}"
+            try:
+                os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                os.rename(JOURNAL_FILE, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                os.fsync(dfd)
+                return self.directory / name
+            n += 1
+
+    def reset(self, generation: int) -> None:
+        """Replace the journal with an empty one for checkpoint ``generation`` (atomically)."""
+        self.close()
+        header = self.encode({"generation": generation})
+        try:
+            dfd = open_dir(self.directory, 0o700)
+            try:
+                write_at(dfd, JOURNAL_FILE, header, 0o600)
+                flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+                self._fd = os.open(JOURNAL_FILE, flags, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            self.broken = f"reset failed: {exc}"
+            raise JournalError(f"journal {self.path}: {self.broken}") from exc
+        self.size = len(header)
+        self.count = 0
+        self.broken = None
+
+    def append(self, record: Mapping[str, Any]) -> int:
+        """Append ``record`` durably (write + fdatasync); returns the bytes written."""
+        if self._fd is None or self.broken is not None:
+            why = self.broken or "not open"
+            raise JournalError(f"journal {self.path}: {why}")
+        line = self.encode(record)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, self.size)
+            except OSError as trunc:
+                self.broken = f"write failed ({exc}) and could not be undone ({trunc})"
+            raise JournalError(f"journal {self.path}: write failed: {exc}") from exc
+        self.size += len(line)
+        self.count += 1
+        return len(line)
+
+    @property
+    def is_open(self) -> bool:
+        """True once :meth:`reset` opened the file for appending."""
+        return self._fd is not None
+
+    def close(self) -> None:
+        """Close the file (appends fail until the next :meth:`reset`)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 @dataclass
@@ -77,6 +236,10 @@ class _Pod:
     def uid(self) -> str:
         return self.intent.spec.uid
 
+    @property
+    def pod_spec(self) -> PodSpec:
+        return self.spec if self.spec is not None else self.intent.spec
+
     def label(self) -> str:
         return f"{self.intent.spec.namespace}/{self.intent.spec.name}"
 
@@ -84,11 +247,12 @@ class _Pod:
 class Plugin:
     """NRI handlers deciding CPU and memory placement through the allocation engine.
 
-    ``engine`` makes the decisions; ``store`` (optional) persists them; ``pod_specs`` (optional)
-    gives full pod specs for the kubelet-exact whole-pod mode; ``metrics`` (optional) counts
-    them; ``kubelet_state_path`` (optional) is a directory where the node state is exported in
-    the kubelet's ``cpu_manager_state``/``memory_manager_state`` formats after every change;
-    ``events`` (optional) receives the kubelet's rejection reason and message as pod Events.
+    ``engine`` makes the decisions; ``store`` (optional) persists them (the decision journal
+    lives beside its file); ``pod_specs`` (optional) gives full pod specs for the kubelet-exact
+    whole-pod mode; ``metrics`` (optional) counts them; ``kubelet_state_path`` (optional) is a
+    directory where the node state is exported in the kubelet's ``cpu_manager_state``/
+    ``memory_manager_state`` formats after every change; ``events`` (optional) receives the
+    kubelet's rejection reason and message as pod Events.
     """
 
     def __init__(
@@ -112,9 +276,14 @@ class Plugin:
         self.lookup_timeout = lookup_timeout
         self.events = events
         self.runtime = ("", "")
+        self.journal = DecisionJournal(store.directory) if store is not None else None
         self._pods: dict[str, _Pod] = {}
         self._ids: dict[str, tuple[str, str]] = {}
-        self._saved: dict[str, Any] | None = None
+        self._generation = 0
+        self._base: dict[str, Any] | None = None
+        self._records: list[Op] = []
+        self._batch = False
+        self._compact_handle: asyncio.TimerHandle | None = None
         self._sender: UpdateSender | None = None
         self._pending: set[tuple[str, str]] = set()
         self._flush_task: asyncio.Task[None] | None = None
@@ -131,7 +300,7 @@ class Plugin:
         """Set the function that sends unsolicited updates (the stub's ``update_containers``)."""
         self._sender = sender
 
-    def state(self) -> dict[str, Any]:
+    def state(self, generation: int | None = None) -> dict[str, Any]:
         """The checkpoint ``data``: the engine's snapshot and the plugin's tables."""
         pods = {
             uid: {
@@ -145,16 +314,21 @@ class Plugin:
         }
         return {
             "engine": self.engine.snapshot(),
-            "plugin": {"layout": CHECKPOINT_LAYOUT, "pods": pods},
+            "plugin": {
+                "layout": CHECKPOINT_LAYOUT,
+                "generation": self._generation if generation is None else generation,
+                "pods": pods,
+            },
         }
 
     def load_state(self, data: Mapping[str, Any]) -> None:
         """Adopt checkpoint ``data`` (unknown keys ignored); raises ValueError/KeyError/TypeError
         when it cannot be used on this machine and configuration."""
-        self.engine = Engine.restore(self.engine.topology, self.engine.config, data["engine"])
+        engine = Engine.restore(self.engine.topology, self.engine.config, data["engine"])
+        plugin = data.get("plugin", {})
         pods: dict[str, _Pod] = {}
         ids: dict[str, tuple[str, str]] = {}
-        for uid, entry in data.get("plugin", {}).get("pods", {}).items():
+        for uid, entry in plugin.get("pods", {}).items():
             spec = entry.get("spec")
             pod = _Pod(
                 intent=intent_from_dict(entry["intent"]),
@@ -166,51 +340,205 @@ class Plugin:
                 pod.containers[str(name)] = str(cid)
                 ids[str(cid)] = (uid, str(name))
             pods[uid] = pod
+        self.engine = engine
         self._pods = pods
         self._ids = ids
-        self._saved = dict(data)
+        self._generation = int(plugin.get("generation", 0))
+        self._base = dict(data)
+        self._records = []
         self._touched.clear()
         self._node_shared = set()
-        for cid_key in ids.values():
-            self._track(cid_key, self.engine.assignment(*cid_key))
+        for key in ids.values():
+            self._track(key, self.engine.assignment(*key))
         self._refresh()
 
-    def restore(self) -> str | None:
-        """Load the checkpoint from the store at start-up; returns the problem text, if any.
+    def _reset(self) -> None:
+        self.engine = Engine(self.engine.topology, self.engine.config)
+        self._pods = {}
+        self._ids = {}
+        self._node_shared = set()
+        self._base = None
+        self._records = []
 
-        A missing file leaves the plugin empty; a corrupt one is kept aside by the store, logged,
-        counted, and the plugin starts empty (Synchronize then adopts what the runtime reports).
+    def restore(self) -> str | None:
+        """Start-up: :meth:`load`, then write a fresh checkpoint and start an empty journal;
+        returns the problem text, if any.
+
+        Raises ``CheckpointError``/``OSError`` when the fresh checkpoint cannot be written (the
+        plugin could not keep its promise of durable decisions).
         """
-        if self.store is None:
+        problem = self.load()
+        if self.store is not None:
+            self.compact()
+            self.log.info(
+                "restored %d pods and %d containers from %s",
+                len(self._pods),
+                len(self._ids),
+                self.store.directory,
+            )
+        return problem
+
+    def load(self) -> str | None:
+        """Read the durable state (checkpoint + journal) without writing anything but the
+        quarantine of a damaged file; returns the problem text, if any (``nri-plrm state``).
+
+        A missing checkpoint leaves the plugin empty; a corrupt one (or a damaged journal) is
+        kept aside, logged and counted, and Synchronize then adopts what the runtime reports.
+        """
+        if self.store is None or self.journal is None:
             return None
+        problem: str | None = None
         result = self.store.load()
         if result.problem is not None:
-            self.log.error(
-                "checkpoint unusable, rebuilding from the runtime: %s",
-                result.problem,
-                extra={"plrm": {"event": "checkpoint", "problem": result.problem.kind}},
-            )
-            if self.metrics is not None:
-                self.metrics.plugin_checkpoint_corrupt(result.problem.kind)
-            return str(result.problem)
-        if result.data is None:
-            return None
-        try:
-            self.load_state(result.data)
-        except (KeyError, TypeError, ValueError) as exc:
-            self.log.error(
-                "checkpoint %s has unusable contents, rebuilding: %s", self.store.path, exc
-            )
-            if self.metrics is not None:
-                self.metrics.plugin_checkpoint_corrupt("bad-contents")
-            return f"checkpoint {self.store.path}: unusable contents: {exc}"
-        self.log.info(
-            "restored %d pods and %d containers from %s",
-            len(self._pods),
-            len(self._ids),
-            self.store.path,
+            problem = str(result.problem)
+            self._unusable(result.problem.kind, problem)
+        elif result.data is not None:
+            try:
+                self.load_state(result.data)
+            except (KeyError, TypeError, ValueError) as exc:
+                self._reset()
+                problem = f"checkpoint {self.store.path}: unusable contents: {exc}"
+                self._unusable("bad-contents", problem)
+        generation, records, damaged = self.journal.read()
+        if damaged is not None:
+            self._unusable("journal", damaged)
+            problem = problem or damaged
+        if generation is not None and problem is None:
+            if generation == self._generation and (self._base is not None or generation == 0):
+                self._replay_all(records)
+            else:
+                self.log.warning(
+                    "journal %s is for checkpoint generation %d, the checkpoint is %d: ignored",
+                    self.journal.path,
+                    generation,
+                    self._generation,
+                )
+        return problem
+
+    def _unusable(self, kind: str, problem: str) -> None:
+        self.log.error(
+            "checkpoint unusable, rebuilding from the runtime: %s",
+            problem,
+            extra={"plrm": {"event": "checkpoint", "problem": kind}},
         )
-        return None
+        if self.metrics is not None:
+            self.metrics.plugin_checkpoint_corrupt(kind)
+
+    def _replay_all(self, records: list[Op]) -> None:
+        for n, op in enumerate(records, 1):
+            try:
+                self._replay(op)
+            except (AdmissionError, KeyError, TypeError, ValueError) as exc:
+                self._unusable(
+                    "journal", f"journal record {n} ({op.get('op')!r}) not replayed: {exc}"
+                )
+                break
+            self._records.append(op)
+        self._refresh()
+
+    def compact(self) -> None:
+        """Write the full state as a new checkpoint generation and start an empty journal.
+
+        Raises ``CheckpointError`` when the checkpoint cannot be written (nothing changes then);
+        a journal that cannot be restarted refuses appends until the next compaction.
+        """
+        if self.store is None or self.journal is None:
+            return
+        if self._compact_handle is not None:
+            self._compact_handle.cancel()
+            self._compact_handle = None
+        generation = self._generation + 1
+        data = self.state(generation)
+        start = time.perf_counter()
+        try:
+            self.store.save(data)
+        except CheckpointError:
+            self._checkpoint_metric(False, start)
+            raise
+        self._checkpoint_metric(True, start)
+        self._generation = generation
+        self._base = data
+        self._records = []
+        try:
+            self.journal.reset(generation)
+        except JournalError as exc:
+            self.log.error("decisions will fail until the journal can be restarted: %s", exc)
+
+    def _compact_later(self) -> None:
+        self._compact_handle = None
+        try:
+            self.compact()
+        except CheckpointError as exc:
+            self.log.error("checkpoint compaction failed, journal keeps growing: %s", exc)
+
+    def _maybe_compact(self) -> None:
+        journal = self.journal
+        if journal is None or self._compact_handle is not None:
+            return
+        if journal.count < COMPACT_RECORDS and journal.size < COMPACT_BYTES and not journal.broken:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._compact_later()
+            return
+        self._compact_handle = loop.call_later(COMPACT_DELAY, self._compact_later)
+
+    def _commit(self, op: Op) -> None:
+        """Make a decision durable before its reply; on failure undo it and fail the request."""
+        if self.journal is None:
+            self._publish()
+            return
+        self._records.append(op)
+        if self._batch:
+            return
+        start = time.perf_counter()
+        try:
+            if self.journal.is_open:
+                self.journal.append(op)
+            else:
+                self.compact()
+        except (JournalError, CheckpointError) as exc:
+            self._checkpoint_metric(False, start)
+            self._records.pop()
+            self._rebuild()
+            raise NRIError(f"decision not applied: {exc}") from exc
+        self._checkpoint_metric(True, start)
+        self._publish()
+        self._maybe_compact()
+
+    def _commit_release(self, op: Op) -> None:
+        """Make a release durable; a failed write keeps it in memory for the next checkpoint."""
+        if self.journal is None:
+            self._publish()
+            return
+        self._records.append(op)
+        if self._batch:
+            return
+        start = time.perf_counter()
+        try:
+            self.journal.append(op)
+        except JournalError as exc:
+            self._checkpoint_metric(False, start)
+            self.journal.broken = self.journal.broken or f"a release was not written: {exc}"
+            self.log.error("release kept in memory until the next checkpoint: %s", exc)
+        else:
+            self._checkpoint_metric(True, start)
+        self._publish()
+        self._maybe_compact()
+
+    def _rebuild(self) -> None:
+        """Back to the last durable state: the checkpoint plus the journaled records."""
+        records = self._records
+        if self._base is not None:
+            self.load_state(self._base)
+        else:
+            self._reset()
+        for op in records:
+            self._replay(op)
+        self._records = records
+        self._touched.clear()
+        self._refresh()
 
     def _publish(self) -> None:
         self._refresh(self._touched)
@@ -243,47 +571,107 @@ class Plugin:
         except (OSError, ValueError) as exc:
             self.log.warning("kubelet-format export to %s failed: %s", self.kubelet_state_path, exc)
 
-    def _save(self) -> None:
-        """Persist the current state; on failure roll back to the last saved state and raise."""
-        if self.store is None:
-            self._publish()
-            return
-        data = self.state()
-        start = time.perf_counter()
+    def close(self) -> None:
+        """Fold the journal into a checkpoint and close it (clean shutdown)."""
         try:
-            self.store.save(data)
+            self.compact()
         except CheckpointError as exc:
-            self._checkpoint_metric(False, start)
-            self._rollback()
-            raise NRIError(f"decision not applied: {exc}") from exc
-        self._checkpoint_metric(True, start)
-        self._saved = data
-        self._publish()
+            self.log.error("final checkpoint failed; the journal keeps the decisions: %s", exc)
+        if self.journal is not None:
+            self.journal.close()
 
-    def _save_release(self) -> None:
-        """Persist a release; a failed write is logged and retried with the next decision."""
-        self._publish()
-        if self.store is None:
-            return
-        data = self.state()
-        start = time.perf_counter()
+    # ----------------------------------------------------------------- state transitions
+    # Each _do_* changes the engine and the plugin's tables, live and when replaying a journal.
+
+    def _do_admit(self, uid: str, sandbox_id: str, intent: PodIntent, spec: PodSpec | None) -> _Pod:
+        record = _Pod(intent=intent, sandbox_id=sandbox_id, spec=spec)
+        if spec is not None:
+            self.engine.admit_pod(spec)
+        else:
+            self.engine.admit_sandbox(intent.spec, intent.aggregate)
+        self._pods[uid] = record
+        self._touched.add(uid)
+        return record
+
+    def _do_unmanaged(self, uid: str, sandbox_id: str, intent: PodIntent) -> None:
+        self._pods[uid] = _Pod(intent=intent, sandbox_id=sandbox_id, managed=False)
+        self._touched.add(uid)
+
+    def _do_place(
+        self, uid: str, name: str, cid: str, cspec: ContainerSpec
+    ) -> tuple[ContainerAssignment, Changes]:
+        record = self._pods[uid]
+        previous = record.containers.get(name)
+        record.containers[name] = cid
+        if previous is not None and previous != cid:
+            self._ids.pop(previous, None)
+        self._ids[cid] = (uid, name)
         try:
-            self.store.save(data)
-        except CheckpointError as exc:
-            self._checkpoint_metric(False, start)
-            self.log.error("release kept in memory only, will be written with the next: %s", exc)
-            return
-        self._checkpoint_metric(True, start)
-        self._saved = data
+            assignment, found = self.engine.add_container(record.pod_spec, cspec)
+        except AdmissionError:
+            self._ids.pop(cid, None)
+            del record.containers[name]
+            if previous is not None and previous != cid:
+                record.containers[name] = previous
+                self._ids[previous] = (uid, name)
+            raise
+        self._track((uid, name), assignment)
+        self._touched.add(uid)
+        return assignment, found
 
-    def _rollback(self) -> None:
-        if self._saved is not None:
-            self.load_state(self._saved)
-            return
-        self.engine = Engine(self.engine.topology, self.engine.config)
-        self._pods.clear()
-        self._ids.clear()
-        self._refresh()
+    def _do_stop(self, uid: str, name: str) -> Changes:
+        self._touched.add(uid)
+        return self.engine.stop_container(uid, name)
+
+    def _do_remove(self, cid: str) -> Changes:
+        key = self._ids.pop(cid, None)
+        if key is None:
+            return {}
+        uid, name = key
+        record = self._pods.get(uid)
+        if record is not None and record.containers.get(name) == cid:
+            del record.containers[name]
+        self._node_shared.discard(key)
+        self._touched.add(uid)
+        return self.engine.remove_container(uid, name)
+
+    def _do_remove_pod(self, uid: str) -> tuple[_Pod | None, Changes]:
+        record = self._pods.pop(uid, None)
+        if record is None:
+            return None, {}
+        for name, cid in record.containers.items():
+            self._ids.pop(cid, None)
+            self._node_shared.discard((uid, name))
+        self._touched.add(uid)
+        return record, self.engine.remove_pod(uid)
+
+    def _replay(self, op: Op) -> None:
+        kind = op.get("op")
+        if kind == "admit":
+            spec = op.get("spec")
+            self._do_admit(
+                str(op["uid"]),
+                str(op["sandbox"]),
+                intent_from_dict(op["intent"]),
+                None if spec is None else spec_from_dict(spec),
+            )
+        elif kind == "unmanaged":
+            self._do_unmanaged(str(op["uid"]), str(op["sandbox"]), intent_from_dict(op["intent"]))
+        elif kind == "place":
+            self._do_place(
+                str(op["uid"]),
+                str(op["name"]),
+                str(op["cid"]),
+                container_from_dict(op["container"]),
+            )
+        elif kind == "stop":
+            self._do_stop(str(op["uid"]), str(op["name"]))
+        elif kind == "remove":
+            self._do_remove(str(op["cid"]))
+        elif kind == "remove_pod":
+            self._do_remove_pod(str(op["uid"]))
+        else:
+            raise ValueError(f"unknown operation {kind!r}")
 
     # ----------------------------------------------------------------- views
 
@@ -310,8 +698,6 @@ class Plugin:
                 self._views.pop(uid, None)
                 continue
             self._views[uid] = self._pod_view(record)
-        for uid in [u for u in self._views if u not in self._pods]:
-            del self._views[uid]
         self._view = tuple(self._views.values())
 
     def _pod_view(self, record: _Pod) -> PodView:
@@ -348,27 +734,26 @@ class Plugin:
         if uid in self._pods:
             return
         spec = await self._lookup(uid, namespace, name)
+        if uid in self._pods:
+            return
         try:
             intent = pod_intent(pod)
         except IntentError as exc:
             raise NRIError(f"pod {namespace}/{name}: {exc}") from exc
-        record = _Pod(intent=intent, sandbox_id=pod.id, spec=spec)
         before = self.engine.node_shared_pool()
         try:
-            if spec is not None:
-                self.engine.admit_pod(spec)
-            else:
-                self.engine.admit_sandbox(intent.spec, intent.aggregate)
+            record = self._do_admit(uid, pod.id, intent, spec)
         except AdmissionError as err:
+            record = _Pod(intent=intent, sandbox_id=pod.id, spec=spec)
             if self.metrics is not None:
                 self.metrics.plugin_admission_rejected(err.reason)
             self._decision_log(record, "", None, f"rejected {err.reason}: {err.message}")
             self._event(record, err)
             raise NRIError(f"{err.reason}: {err.message}") from err
-        self._pods[uid] = record
-        self._touched.add(uid)
         carry = self._with_node_pool(before, {})
-        self._save()
+        op: Op = {"op": "admit", "uid": uid, "sandbox": pod.id, "intent": intent_to_dict(intent)}
+        op["spec"] = None if spec is None else spec_to_dict(spec)
+        self._commit(op)
         self._carry.update(carry)
         if self.metrics is not None:
             self.metrics.plugin_admitted()
@@ -394,7 +779,6 @@ class Plugin:
         if not record.managed:
             return None, []
         assignment, changes = self._place(record, container)
-        self._save()
         adjust = api.ContainerAdjustment()
         _fill_resources(adjust.linux.resources, assignment)
         carried, self._carry = self._carry, {}
@@ -424,52 +808,65 @@ class Plugin:
         if key is None:
             return []
         before = self.engine.node_shared_pool()
-        changes = self._with_node_pool(before, self.engine.stop_container(*key))
-        self._touched.add(key[0])
-        self._save_release()
+        changes = self._with_node_pool(before, self._do_stop(*key))
+        self._commit_release({"op": "stop", "uid": key[0], "name": key[1]})
         return self._updates(changes, exclude=container.id)
 
     def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None:
         """Release the container per the kubelet's rules; grown pools are sent asynchronously."""
-        key = self._ids.pop(container.id, None)
-        if key is None:
+        if container.id not in self._ids:
             return
-        uid, name = key
-        record = self._pods.get(uid)
-        if record is not None and record.containers.get(name) == container.id:
-            del record.containers[name]
-        self._node_shared.discard(key)
         before = self.engine.node_shared_pool()
-        changes = self._with_node_pool(before, self.engine.remove_container(uid, name))
-        self._touched.add(uid)
-        self._save_release()
+        changes = self._with_node_pool(before, self._do_remove(container.id))
+        self._commit_release({"op": "remove", "cid": container.id})
         self._schedule(changes)
 
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
         """Release everything the pod holds; grown pools are sent asynchronously."""
         uid = pod_identity(pod)[0]
-        record = self._pods.pop(uid, None)
-        if record is None:
+        if uid not in self._pods:
             return
-        for name, cid in record.containers.items():
-            self._ids.pop(cid, None)
-            self._node_shared.discard((uid, name))
         before = self.engine.node_shared_pool()
-        changes = self._with_node_pool(before, self.engine.remove_pod(uid))
-        self._touched.add(uid)
-        self._save_release()
-        self.log.info(
-            "pod=%s uid=%s released",
-            record.label(),
-            uid,
-            extra={"plrm": {"event": "release", "pod": record.label(), "uid": uid}},
-        )
+        record, released = self._do_remove_pod(uid)
+        changes = self._with_node_pool(before, released)
+        self._commit_release({"op": "remove_pod", "uid": uid})
+        if record is not None:
+            self.log.info(
+                "pod=%s uid=%s released",
+                record.label(),
+                uid,
+                extra={"plrm": {"event": "release", "pod": record.label(), "uid": uid}},
+            )
         self._schedule(changes)
 
     async def synchronize(
         self, pods: list[api.PodSandbox], containers: list[api.Container]
     ) -> list[api.ContainerUpdate]:
-        """Reconcile the restored state with what the runtime reports (docs/design.md §5)."""
+        """Reconcile the restored state with what the runtime reports (docs/design.md §5).
+
+        Every change is written at once with one full checkpoint at the end; when that fails,
+        the reconciliation is undone and the request fails (the runtime retries on reconnect).
+        """
+        mark = len(self._records)
+        self._batch = True
+        try:
+            updates = await self._reconcile(pods, containers)
+        finally:
+            self._batch = False
+        try:
+            self.compact()
+        except CheckpointError as exc:
+            self._records = self._records[:mark]
+            self._rebuild()
+            raise NRIError(f"reconciliation not applied: {exc}") from exc
+        self._publish()
+        self._pending.clear()
+        self._carry.clear()
+        return updates
+
+    async def _reconcile(
+        self, pods: list[api.PodSandbox], containers: list[api.Container]
+    ) -> list[api.ContainerUpdate]:
         reported_pods = {pod_identity(p)[0]: p for p in pods}
         by_sandbox = {p.id: p for p in pods}
         reported_ids = {c.id for c in containers}
@@ -483,7 +880,6 @@ class Plugin:
         for uid, sandbox in reported_pods.items():
             if uid not in self._pods:
                 await self._adopt_pod(sandbox)
-        updates: list[api.ContainerUpdate] = []
         for ctr in sorted(containers, key=lambda c: c.created_at):
             owner = by_sandbox.get(ctr.pod_sandbox_id)
             if owner is None:
@@ -493,6 +889,7 @@ class Plugin:
                 continue
             if ctr.id not in self._ids:
                 self._adopt_container(record, ctr)
+        updates: list[api.ContainerUpdate] = []
         for ctr in containers:
             key = self._ids.get(ctr.id)
             if key is None:
@@ -502,8 +899,6 @@ class Plugin:
                 updates.append(_update(ctr.id, assignment))
                 if self.metrics is not None:
                     self.metrics.plugin_reconcile_corrected()
-        self._save()
-        self._pending.clear()
         return updates
 
     def on_disconnect(self) -> None:
@@ -530,24 +925,15 @@ class Plugin:
     def _place(
         self, record: _Pod, container: api.Container
     ) -> tuple[ContainerAssignment, dict[tuple[str, str], ContainerAssignment]]:
-        uid = record.uid
-        name = container.name
-        previous = record.containers.get(name)
-        if previous is not None and previous != container.id:
-            self._ids.pop(previous, None)
-        record.containers[name] = container.id
-        self._ids[container.id] = (uid, name)
+        uid, name = record.uid, container.name
         before = self.engine.node_shared_pool()
         try:
             if record.spec is not None:
-                spec = record.spec.container(name) or ContainerSpec(name)
-                assignment, found = self.engine.add_container(record.spec, spec)
+                cspec = record.spec.container(name) or ContainerSpec(name)
             else:
                 cspec = container_spec(record.intent, container)
-                assignment, found = self.engine.add_container(record.intent.spec, cspec)
+            assignment, found = self._do_place(uid, name, container.id, cspec)
         except (AdmissionError, IntentError) as err:
-            del record.containers[name]
-            self._ids.pop(container.id, None)
             reason = err.reason if isinstance(err, AdmissionError) else "InvalidResources"
             if self.metrics is not None:
                 self.metrics.plugin_allocation_error(reason)
@@ -555,9 +941,16 @@ class Plugin:
             if isinstance(err, AdmissionError):
                 self._event(record, err)
             raise NRIError(f"pod {record.label()} container {name}: {reason}: {err}") from err
-        self._track((uid, name), assignment)
         changes = self._with_node_pool(before, found)
-        self._touched.add(uid)
+        self._commit(
+            {
+                "op": "place",
+                "uid": uid,
+                "name": name,
+                "cid": container.id,
+                "container": container_to_dict(cspec),
+            }
+        )
         if self.metrics is not None:
             self.metrics.plugin_assignment(assignment.assignment.value, assignment)
         self._decision_log(record, name, assignment, _reason(assignment))
@@ -568,7 +961,11 @@ class Plugin:
             await self.run_pod_sandbox(pod)
         except NRIError as exc:
             uid = pod_identity(pod)[0]
-            self._pods[uid] = _Pod(intent=pod_intent(pod), sandbox_id=pod.id, managed=False)
+            intent = pod_intent(pod)
+            self._do_unmanaged(uid, pod.id, intent)
+            self._commit(
+                {"op": "unmanaged", "uid": uid, "sandbox": pod.id, "intent": intent_to_dict(intent)}
+            )
             self.log.warning(
                 "pod=%s/%s uid=%s exists but cannot be placed, left unmanaged: %s",
                 pod.namespace,
@@ -618,7 +1015,7 @@ class Plugin:
         return updates
 
     def _schedule(self, changes: Changes) -> None:
-        if not changes or self._sender is None:
+        if not changes or self._sender is None or self._batch:
             return
         self._pending.update(changes.keys())
         if self._flush_task is None or self._flush_task.done():
@@ -725,8 +1122,3 @@ def _matches(ctr: api.Container, assignment: ContainerAssignment) -> bool:
     except ValueError:
         return False
     return not (assignment.exclusive and not (cpu.HasField("quota") and cpu.quota.value == -1))
-
-
-def known_ids(plugin: Plugin) -> Iterable[str]:
-    """Container ids the plugin tracks (for tests and ``state``)."""
-    return plugin._ids.keys()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -150,19 +151,30 @@ def test_checkpoint_from_a_newer_version_with_unknown_fields(tmp_path: Path) -> 
 
 
 def test_failed_checkpoint_write_fails_the_request_and_rolls_back(tmp_path: Path) -> None:
+    """A full disk under the journal: RunPodSandbox and CreateContainer fail with an error
+    naming the journal, the decision is undone, and a later compaction recovers."""
+
     async def main() -> None:
         plugin = new_plugin(tmp_path / "state")
+        journal = plugin.journal
+        assert journal is not None
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
             rt = s.runtime
             await rt.launch(manifest("besteffort"))
+            mixed = manifest("pod-scope-mixed")
+            pod = await rt.run_pod(mixed)
             saved = plugin.state()
-            # A file where the state directory should be: every write fails, even as root.
-            (tmp_path / "not-a-dir").write_text("not a directory")
-            plugin.store = CheckpointStore(tmp_path / "not-a-dir" / "state")
-            spec = manifest("pod-scope-mixed")
+            journal.close()
+            journal._fd = os.open("/dev/full", os.O_WRONLY)  # every write: ENOSPC
+            with pytest.raises(TtrpcError, match=r"decision not applied: journal .*journal.jsonl"):
+                await rt.create(pod, mixed, mixed.init_containers[0])
+            assert plugin.state() == saved
             with pytest.raises(TtrpcError, match="decision not applied"):
-                await rt.run_pod(spec)
-            assert plugin.state()["engine"] == saved["engine"]
-            assert spec.uid not in {v.uid for v in plugin.pods()}
+                await rt.run_pod(manifest("tightly-coupled-database"))
+            assert plugin.state() == saved
+            plugin.compact()
+            await rt.create(pod, mixed, mixed.init_containers[0])
+        restarted = new_plugin(tmp_path / "state")
+        assert restarted.state()["engine"]["cpu"] == plugin.state()["engine"]["cpu"]
 
     asyncio.run(main())

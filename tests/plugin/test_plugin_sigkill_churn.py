@@ -22,6 +22,7 @@ from nri_plrm.config import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.engine import Engine
 from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.plugin import Plugin
 from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import MACHINES
 
@@ -130,10 +131,13 @@ class Daemon:
 
 
 def engine_from_checkpoint(tmp: Path) -> Engine:
+    """The engine as the daemon's durable state (checkpoint + journal) has it."""
     cfg = parse_config(config_text(tmp))
-    data = CheckpointStore(tmp / "state").load().data
-    assert data is not None
-    return Engine.restore(MACHINES["default"], cfg.engine_config(), data["engine"])
+    reader = Plugin(
+        Engine(MACHINES["default"], cfg.engine_config()), store=CheckpointStore(tmp / "state")
+    )
+    assert reader.load() is None
+    return reader.engine
 
 
 def test_sigkill_churn_of_200_pods(tmp_path: Path) -> None:
