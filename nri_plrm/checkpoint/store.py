@@ -113,6 +113,36 @@ def _check_keys(value: Any, path: str) -> None:
             _check_keys(item, f"{path}[{i}]")
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _may_have_bad_keys(value: Any) -> bool:
+    """Fast scan for :func:`_check_keys`: False when every mapping key is exactly ``str``.
+
+    Iterative, with exact type tests, so a large state costs one pass without building paths;
+    only a True answer pays for the path-naming walk."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return True
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif kind in _LEAVES:
+            continue
+        elif isinstance(item, Mapping):
+            if not all(isinstance(key, str) for key in item):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
 class _Unusable(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -178,7 +208,8 @@ class CheckpointStore:
         the write fails; the previous file is then still in place.
         """
         try:
-            _check_keys(data, "data")
+            if _may_have_bad_keys(data):
+                _check_keys(data, "data")
             body = canonical_json(data)
         except (TypeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint {self.path}: data is not JSON-able: {exc}") from exc
