@@ -1,0 +1,189 @@
+"""Plugin benchmark: CreateContainer and Synchronize end to end on a 256-CPU machine.
+
+The plugin (engine, checkpoint with fsync, wire stub) runs in its own process, as in
+production; the runtime side is the test simulator (``tests/support/nrisim``) driven through
+the test runtime model, with NRI messages from the kubelet translation.
+
+- ``create_container_p50_ms_500live`` / ``..._p99_...``: round trip of CreateContainer with
+  500 live containers (80 pod-level pods of 5 containers, 100 BestEffort pods), measured on new
+  pod-level pods (one exclusive CPU, one pod-shared container) created and removed in turn; the
+  first container of each carries the node-shared pool updates (100 containers).
+- ``synchronize_1000_ms``: the Synchronize a restarted plugin answers with its checkpoint, for
+  1,000 containers (100 pod-level pods of 5, 500 BestEffort pods).
+- ``synchronize_1000_adopt_ms``: the same without a checkpoint (every container adopted).
+Targets: CreateContainer p99 <= 5 ms, Synchronize <= 200 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.common import main, percentile
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+
+SPEC_256 = "sockets=2,numa_per_socket=4,cores_per_numa=16,threads_per_core=2,memory_per_numa=64Gi"
+CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
+SAMPLES = 200
+GI = 1 << 30
+
+
+def serve_plugin(socket_path: str, state_dir: str) -> None:
+    """Run the plugin behind the stub until the runtime goes away (child process)."""
+    from nri_plrm.checkpoint.store import CheckpointStore
+    from nri_plrm.config import parse_config
+    from nri_plrm.engine.engine import Engine
+    from nri_plrm.nri.stub import Stub
+    from nri_plrm.plugin import Plugin
+    from nri_plrm.topology.synthetic import synthetic_topology
+
+    engine = Engine(synthetic_topology(SPEC_256), parse_config(CONFIG).engine_config())
+    plugin = Plugin(engine, store=CheckpointStore(state_dir))
+    plugin.restore()
+    stub = Stub(
+        plugin,
+        name="bench",
+        index="50",
+        socket_path=socket_path,
+        reconnect=False,
+        request_timeout=10.0,
+    )
+    plugin.attach(stub.update_containers)
+    asyncio.run(stub.run())
+
+
+def pod_level(i: int, shared: int) -> object:
+    from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
+
+    one = {"cpu": 1000, "memory": GI}
+    budget = {"cpu": 2000, "memory": 2 * GI}
+    sidecars = tuple(ContainerSpec(f"side-{k}", ContainerKind.SIDECAR) for k in range(shared))
+    return PodSpec(
+        uid=f"bench-pl-{i}",
+        name=f"bench-pl-{i}",
+        init_containers=sidecars,
+        containers=(ContainerSpec("main", requests=one, limits=one),),
+        requests=budget,
+        limits=budget,
+    )
+
+
+def best_effort(i: int) -> object:
+    from nri_plrm.engine.types import ContainerSpec, PodSpec
+
+    return PodSpec(uid=f"bench-be-{i}", name=f"bench-be-{i}", containers=(ContainerSpec("c"),))
+
+
+class _Plugin:
+    """The plugin child process."""
+
+    def __init__(self, socket_path: str, state_dir: str) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"from bench.plugin import serve_plugin; "
+                f"serve_plugin({socket_path!r}, {state_dir!r})",
+            ],
+            cwd=ROOT,
+        )
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+async def _populate(rt: object, n_pod_level: int, shared: int, n_best_effort: int) -> None:
+    for i in range(n_pod_level):
+        await rt.launch(pod_level(i, shared))  # type: ignore[attr-defined]
+    for i in range(n_best_effort):
+        await rt.launch(best_effort(i))  # type: ignore[attr-defined]
+
+
+async def _connect(sim: object, proc: _Plugin, old: object = None) -> object:
+    while sim.session is old:  # type: ignore[attr-defined]
+        await asyncio.sleep(0.01)
+    return await sim.wait_registered(timeout=60)  # type: ignore[attr-defined]
+
+
+async def _create_latency(tmp: str) -> list[float]:
+    from nrisim import NRISimulator
+    from plrm_runtime import FakeRuntime
+
+    sock = os.path.join(tmp, "create.sock")
+    sim = await NRISimulator.start(sock, request_timeout=10.0)
+    plugin = _Plugin(sock, os.path.join(tmp, "create-state"))
+    try:
+        await _connect(sim, plugin)
+        rt = FakeRuntime(sim)
+        await _populate(rt, 80, 4, 100)
+        assert len(rt.containers) == 500
+        samples: list[float] = []
+        for i in range(SAMPLES):
+            spec = pod_level(1000 + i, 1)
+            pod = await rt.run_pod(spec)
+            for ctr in spec.all_containers():
+                start = len(sim.records)
+                await rt.create(pod, spec, ctr)
+                record = sim.records[start]
+                assert record.method == "CreateContainer" and record.error is None
+                samples.append(record.seconds)
+            await rt.remove_pod(pod)
+        return samples
+    finally:
+        plugin.kill()
+        await sim.close()
+
+
+async def _synchronize(tmp: str) -> tuple[float, float]:
+    from nrisim import NRISimulator
+    from plrm_runtime import FakeRuntime
+
+    sock = os.path.join(tmp, "sync.sock")
+    state = os.path.join(tmp, "sync-state")
+    sim = await NRISimulator.start(sock, request_timeout=10.0)
+    plugin = _Plugin(sock, state)
+    try:
+        await _connect(sim, plugin)
+        rt = FakeRuntime(sim)
+        await _populate(rt, 100, 4, 500)
+        assert len(rt.containers) == 1000
+        plugin.kill()
+        figures = []
+        for keep_checkpoint in (True, False):
+            if not keep_checkpoint:
+                os.unlink(os.path.join(state, "state.json"))
+            sim.pods, sim.containers = rt.sync_lists()
+            old = sim.session
+            plugin = _Plugin(sock, state)
+            await _connect(sim, plugin, old)
+            sync = [r for r in sim.records if r.method == "Synchronize"][-1]
+            figures.append(sync.seconds)
+            plugin.kill()
+        return figures[0], figures[1]
+    finally:
+        plugin.kill()
+        await sim.close()
+
+
+def run() -> dict[str, float]:
+    """Measure and return the figures (milliseconds)."""
+    with tempfile.TemporaryDirectory(prefix="nri-plrm-bench-") as tmp:
+        samples = asyncio.run(_create_latency(tmp))
+        sync_ms, adopt_ms = asyncio.run(_synchronize(tmp))
+    return {
+        "create_container_p50_ms_500live": percentile(samples, 50) * 1000,
+        "create_container_p99_ms_500live": percentile(samples, 99) * 1000,
+        "synchronize_1000_ms": sync_ms * 1000,
+        "synchronize_1000_adopt_ms": adopt_ms * 1000,
+    }
+
+
+if __name__ == "__main__":
+    main(run)
