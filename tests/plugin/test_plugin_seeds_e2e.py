@@ -275,3 +275,25 @@ def test_stop_container_twice_is_idempotent(tmp_path: Path) -> None:
         assert plugin.state()["engine"]["cpu"] == state["engine"]["cpu"]
 
     run(tmp_path, POD_SCOPE, body)
+
+
+def test_containerd_2_1_state_change_events(tmp_path: Path) -> None:
+    """NRI v0.8 (containerd 2.0/2.1): pod events arrive through StateChange, the event mask
+    must stay within 0x7FF; the pod-scope-mixed result is the same."""
+    spec = manifest("pod-scope-mixed")
+    plugin = Plugin(new_engine(POD_SCOPE), store=CheckpointStore(tmp_path / "state"))
+    plugin.restore()
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock"), nri_version="v0.8.0") as s:
+            assert s.sim.session is not None
+            assert s.sim.session.events & ~0x7FF == 0
+            pod = await s.runtime.launch(spec)
+            assert len(s.runtime.cpus_of(pod, "main-app")) == 2
+            assert s.runtime.applied(pod, "main-app").quota == -1
+            assert any(r.method == "StateChange" for r in s.sim.records)
+            await s.runtime.remove_pod(pod)
+            await s.runtime.settle()
+        assert plugin.pods() == ()
+
+    asyncio.run(main())

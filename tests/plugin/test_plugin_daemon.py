@@ -1,0 +1,153 @@
+"""The daemon as operators run it (``python -m nri_plrm.daemon --config FILE``): start-up
+checks, structured JSON decision logs, SIGHUP reload, SIGTERM clean stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nrisim import NRISimulator
+from plrm_runtime import FakeRuntime
+
+from nri_plrm.daemon import JSONFormatter
+from nri_plrm.manifest import load_manifests
+from nri_plrm.topology.fakesysfs import write_sysfs
+from nri_plrm.topology.machines import MACHINES
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def config(tmp: Path, *, level: str = "info", policy: str = "single-numa-node") -> str:
+    return f"""
+[nri]
+socket = "{tmp}/nri.sock"
+[state]
+dir = "{tmp}/state"
+kubelet_cpu_manager_state = "{tmp}/kubelet/cpu_manager_state"
+[pod_resources]
+enabled = false
+[metrics]
+address = ""
+[log]
+level = "{level}"
+format = "json"
+[topology]
+sysfs_root = "{tmp}/sys"
+[topology_manager]
+policy = "{policy}"
+scope = "pod"
+"""
+
+
+def daemon(cfg: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            env=env,
+        )
+
+
+def log_records(log: Path) -> list[dict[str, object]]:
+    out = []
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    return out
+
+
+async def wait_for(log: Path, text: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, f"{text!r} not logged; log:\n{log.read_text()}"
+        await asyncio.sleep(0.05)
+
+
+def test_refuses_to_start_beside_a_static_kubelet(tmp_path: Path) -> None:
+    write_sysfs(MACHINES["default"], str(tmp_path / "sys"))
+    (tmp_path / "kubelet").mkdir()
+    (tmp_path / "kubelet" / "cpu_manager_state").write_text(
+        '{"policyName":"static","defaultCpuSet":"0-63","checksum":1}'
+    )
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(config(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "cpu_manager_state" in proc.stderr and "static" in proc.stderr
+    assert "cpuManagerPolicy: none" in proc.stderr
+    assert not (tmp_path / "state" / "state.json").exists()
+
+
+def test_bad_config_exits_2_with_every_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[topology_manager]\npolicy = "none"\n[nri]\nplugin_index = "5"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "topology_manager.policy" in proc.stderr and "nri.plugin_index" in proc.stderr
+
+
+def test_decision_logs_reload_and_clean_stop(tmp_path: Path) -> None:
+    write_sysfs(MACHINES["default"], str(tmp_path / "sys"))
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(config(tmp_path))
+    log = tmp_path / "daemon.log"
+    (spec,) = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
+
+    async def main() -> None:
+        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
+        proc = daemon(cfg, log)
+        try:
+            await sim.wait_registered(timeout=30)
+            rt = FakeRuntime(sim)
+            pod = await rt.launch(spec)
+            main_cpus = rt.applied(pod, "main-app").cpus
+            decisions = [r for r in log_records(log) if r.get("event") == "decision"]
+            main = next(r for r in decisions if r.get("container") == "main-app")
+            assert main["pod"] == "plrm-tutorial/pod-scope-mixed"
+            assert main["cpus"] == main_cpus and main["mems"]
+            assert main["reason"] == "exclusive slice from the pod budget"
+            assert main["level"] == "info"
+
+            cfg.write_text(config(tmp_path, level="debug", policy="restricted"))
+            proc.send_signal(signal.SIGHUP)
+            await wait_for(log, "SIGHUP: applied log.level")
+            await wait_for(log, "topology_manager.policy change(s) need a restart")
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            await sim.close()
+
+    asyncio.run(main())
+    records = log_records(log)
+    assert any(r["msg"] == "stopped" for r in records)
+    assert (tmp_path / "state" / "state.json").exists()
+
+
+def test_json_formatter_carries_the_structured_fields() -> None:
+    import logging
+
+    record = logging.LogRecord("nri_plrm.plugin", logging.INFO, __file__, 1, "x=%d", (3,), None)
+    record.plrm = {"event": "decision", "cpus": "2-3"}
+    doc = json.loads(JSONFormatter().format(record))
+    assert doc["msg"] == "x=3" and doc["cpus"] == "2-3" and doc["logger"] == "nri_plrm.plugin"
