@@ -322,8 +322,8 @@ class Plugin:
         }
 
     def load_state(self, data: Mapping[str, Any]) -> None:
-        """Adopt checkpoint ``data`` (unknown keys ignored); raises ValueError/KeyError/TypeError
-        when it cannot be used on this machine and configuration."""
+        """Adopt checkpoint ``data`` (unknown keys ignored); raises ValueError, KeyError,
+        TypeError or AttributeError when it cannot be used on this machine and configuration."""
         engine = Engine.restore(self.engine.topology, self.engine.config, data["engine"])
         plugin = data.get("plugin", {})
         pods: dict[str, _Pod] = {}
@@ -395,7 +395,7 @@ class Plugin:
         elif result.data is not None:
             try:
                 self.load_state(result.data)
-            except (KeyError, TypeError, ValueError) as exc:
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 self._reset()
                 problem = f"checkpoint {self.store.path}: unusable contents: {exc}"
                 self._unusable("bad-contents", problem)
@@ -428,7 +428,7 @@ class Plugin:
         for n, op in enumerate(records, 1):
             try:
                 self._replay(op)
-            except (AdmissionError, KeyError, TypeError, ValueError) as exc:
+            except (AdmissionError, AttributeError, KeyError, TypeError, ValueError) as exc:
                 self._unusable(
                     "journal", f"journal record {n} ({op.get('op')!r}) not replayed: {exc}"
                 )

@@ -1,0 +1,200 @@
+"""The decision journal: encoding, damage handling, replay equal to the live state; the
+kubelet-format export; fuzzing of every decoder the plugin reads its state with."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nri_plrm.checkpoint.kubelet import decode_cpu_manager_state, decode_memory_manager_state
+from nri_plrm.checkpoint.store import CheckpointStore
+from nri_plrm.config import parse_config
+from nri_plrm.engine.engine import Engine
+from nri_plrm.engine.types import AdmissionError
+from nri_plrm.intent import intent_from_dict, spec_from_dict
+from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
+from nri_plrm.manifest import load_manifests
+from nri_plrm.nri.stub import NRIError
+from nri_plrm.plugin import JOURNAL_FILE, DecisionJournal, Plugin
+from nri_plrm.topology.machines import MACHINES
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def comparable(state: dict[str, Any]) -> dict[str, Any]:
+    """The state without the engine's monotonic counters (rejections are not journaled)."""
+    engine = {k: v for k, v in state["engine"].items() if k != "counters"}
+    return {**state, "engine": engine}
+
+
+def new_plugin(state: Path, **kwargs: Any) -> Plugin:
+    engine = Engine(MACHINES["default"], parse_config(CONFIG).engine_config())
+    return Plugin(engine, store=CheckpointStore(state), **kwargs)
+
+
+async def drive(plugin: Plugin) -> None:
+    """A mixed life: admissions, creations, an exit, a rejection, removals."""
+    specs = {p.name: p for p in load_manifests(sorted(EXAMPLES.glob("*.yaml")))}
+    for name in ("besteffort", "classic-guaranteed", "pod-scope-mixed", "empty-shared-pool"):
+        spec = specs[name]
+        sandbox = nri_pod_sandbox(spec)
+        await plugin.run_pod_sandbox(sandbox)
+        for ctr in creation_order(spec):
+            msg = nri_container(spec, ctr)
+            try:
+                await plugin.create_container(sandbox, msg)
+            except NRIError:
+                plugin.remove_pod_sandbox(sandbox)
+                break
+            if ctr.name == "migrate-schema":
+                plugin.stop_container(sandbox, msg)
+                plugin.stop_container(sandbox, msg)
+    victim = specs["besteffort"]
+    plugin.remove_container(nri_pod_sandbox(victim), nri_container(victim, victim.containers[0]))
+    plugin.remove_pod_sandbox(nri_pod_sandbox(victim))
+
+
+def test_replay_equals_the_live_state(tmp_path: Path) -> None:
+    live = new_plugin(tmp_path)
+    live.restore()
+    asyncio.run(drive(live))
+    assert live.journal is not None and live.journal.count > 5
+    reader = new_plugin(tmp_path)
+    assert reader.load() is None
+    assert comparable(reader.state()) == comparable(live.state())
+    assert reader.engine.verify() == []
+
+
+def test_compaction_folds_the_journal_into_the_checkpoint(tmp_path: Path) -> None:
+    live = new_plugin(tmp_path)
+    live.restore()
+    asyncio.run(drive(live))
+    live.compact()
+    assert live.journal is not None and live.journal.count == 0
+    reader = new_plugin(tmp_path)
+    reader.load()
+    assert comparable(reader.state()) == comparable(live.state())
+
+
+def test_torn_last_line_is_ignored_and_damage_is_kept_aside(tmp_path: Path) -> None:
+    live = new_plugin(tmp_path)
+    live.restore()
+    asyncio.run(drive(live))
+    path = tmp_path / JOURNAL_FILE
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'0badc0de {"op":"remove_pod","uid"')
+    reader = new_plugin(tmp_path)
+    assert reader.load() is None
+    assert comparable(reader.state()) == comparable(live.state())
+    lines = whole.split(b"\n")
+    lines[3] = lines[3].replace(b'"op"', b'"oq"', 1)
+    path.write_bytes(b"\n".join(lines))
+    damaged = new_plugin(tmp_path)
+    problem = damaged.load()
+    assert problem is not None and "line 4" in problem and "checksum mismatch" in problem
+    assert (tmp_path / f"{JOURNAL_FILE}.corrupt-1").exists()
+    assert not path.exists()
+    assert damaged.engine.verify() == []
+
+
+def test_journal_of_a_missing_checkpoint_is_ignored(tmp_path: Path) -> None:
+    live = new_plugin(tmp_path)
+    live.restore()
+    asyncio.run(drive(live))
+    (tmp_path / "state.json").unlink()
+    reader = new_plugin(tmp_path)
+    assert reader.load() is None
+    assert reader.pods() == ()
+
+
+def test_kubelet_format_export(tmp_path: Path) -> None:
+    export = tmp_path / "kubelet"
+    live = new_plugin(tmp_path / "state", kubelet_state_path=str(export))
+    live.restore()
+    asyncio.run(drive(live))
+    live.export_kubelet_state()
+    cpu = decode_cpu_manager_state((export / "cpu_manager_state").read_bytes()).state
+    assert cpu.policy_name == "static"
+    assert cpu.default_cpuset == live.engine.node_shared_pool()
+    for uid, names in cpu.entries.items():
+        for name, cpus in names.items():
+            got = live.engine.assignment(uid, name)
+            assert got is not None and got.cpus == cpus
+    assert set(cpu.pod_entries) == {v.uid for v in live.pods() if v.cpus}
+    memory = decode_memory_manager_state((export / "memory_manager_state").read_bytes()).state
+    assert memory.policy_name == "Static"
+
+
+@given(json_values)
+def test_fuzz_journal_round_trip(value: Any) -> None:
+    record = {"op": "x", "value": value}
+    line = DecisionJournal.encode(record)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert DecisionJournal.decode(line[:-1]) == record
+
+
+@given(st.binary(max_size=200))
+def test_fuzz_journal_decode_rejects_garbage_with_value_error(data: bytes) -> None:
+    try:
+        DecisionJournal.decode(data)
+    except ValueError:
+        return
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=400))
+def test_fuzz_journal_read_never_raises(tmp_path: Path, data: bytes) -> None:
+    for leftover in tmp_path.iterdir():
+        leftover.unlink()
+    (tmp_path / JOURNAL_FILE).write_bytes(data)
+    _generation, records, problem = DecisionJournal(tmp_path).read()
+    assert problem is not None or all(isinstance(r, dict) for r in records)
+
+
+@given(json_values)
+def test_fuzz_checkpoint_decoders_raise_only_what_load_handles(value: Any) -> None:
+    for decode in (intent_from_dict, spec_from_dict):
+        with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+            decode(value)
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(st.sampled_from(["op", "uid", "cid", "name", "sandbox"]), json_values))
+def test_fuzz_replay_of_foreign_records(tmp_path: Path, record: dict[str, Any]) -> None:
+    plugin = new_plugin(tmp_path)
+    with contextlib.suppress(AdmissionError, KeyError, TypeError, ValueError, AttributeError):
+        plugin._replay(record)
+    assert plugin.engine.verify() == []
+
+
+def test_journal_refuses_appends_until_reset(tmp_path: Path) -> None:
+    journal = DecisionJournal(tmp_path)
+    from nri_plrm.plugin import JournalError
+
+    with pytest.raises(JournalError, match="not open"):
+        journal.append({"op": "stop"})
+    journal.reset(3)
+    journal.append({"op": "stop", "uid": "u", "name": "n"})
+    journal.close()
+    journal._fd = os.open("/dev/full", os.O_WRONLY)
+    with pytest.raises(JournalError, match="No space left"):
+        journal.append({"op": "stop"})
+    generation, records, problem = DecisionJournal(tmp_path).read()
+    assert (generation, problem) == (3, None)
+    assert records == [{"op": "stop", "uid": "u", "name": "n"}]
