@@ -10,7 +10,7 @@
 #      the unit does against a simulated containerd (scripts/ci-packaging-live.py: READY=1,
 #      /healthz, a seed pod pinned, `nri-plrm state`, reload, STOPPING=1);
 #   4. `systemd-analyze verify` the unit with the installed ExecStart binary in place;
-#   5. purge the package and check the scratch root is clean;
+#   5. reinstall over itself (conffile edits and state kept), purge, check the root is clean;
 #   6. run tests/packaging with the Helm chart renderer required (no skips).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -96,6 +96,17 @@ print(f"ci-packaging: simulate: {len(pods)} pods, "
 PY
 cmp -s systemd/nri-plrm.service "$root/lib/systemd/system/nri-plrm.service" \
     || die "the packaged unit differs from systemd/nri-plrm.service"
+
+log "reinstalling over itself (the upgrade path): conffile edits and state survive"
+echo '# edited by the operator' >> "$root/etc/nri-plrm/config.toml"
+echo '{}' > "$root/var/lib/nri-plrm/state.json"
+upgrade_log="$("${dpkg_root[@]}" -i "$deb" 2>&1)"
+grep -q '^# edited by the operator$' "$root/etc/nri-plrm/config.toml" \
+    || die "the upgrade replaced the edited /etc/nri-plrm/config.toml"
+[ -s "$root/var/lib/nri-plrm/state.json" ] || die "the upgrade lost /var/lib/nri-plrm"
+if grep -q 'enabled, not started' <<<"$upgrade_log"; then
+    die "the upgrade printed the first-install notice"
+fi
 
 log "purging"
 "${dpkg_root[@]}" --purge nri-plrm >&2
