@@ -101,6 +101,7 @@ class KubePodCache:
         self._healthy = False
         self._failures = 0
         self._outage_logged = False
+        self._missing_logged = False
         self._lists = 0
         self._task: asyncio.Task[None] | None = None
         self._synced_event = asyncio.Event()
@@ -330,15 +331,25 @@ class KubePodCache:
     def _fallback(self, reason: str, uid: str, namespace: str, name: str, detail: str = "") -> None:
         if self.metrics is not None:
             self.metrics.pod_cache_fallback(reason)
-        if reason != "unavailable":
-            self.log.info(
-                "pod=%s/%s uid=%s: no usable spec in the pod cache (%s)%s; NRI-only inference",
-                namespace,
-                name,
-                uid,
-                reason,
-                f": {detail}" if detail else "",
+        if reason == "unavailable":
+            return
+        level = logging.INFO
+        if reason == "not_found" and not self._missing_logged:
+            self._missing_logged = True
+            level = logging.WARNING
+            detail = (
+                f"not seen on node {self.node_name!r}; if no pod is ever found, check "
+                "kubernetes.node_name against `kubectl get nodes`"
             )
+        self.log.log(
+            level,
+            "pod=%s/%s uid=%s: no usable spec in the pod cache (%s)%s; NRI-only inference",
+            namespace,
+            name,
+            uid,
+            reason,
+            f": {detail}" if detail else "",
+        )
 
 
 def _is_gone(exc: BaseException) -> bool:

@@ -275,8 +275,11 @@ def test_lookup_waits_for_a_pod_not_seen_yet(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
-def test_lookup_times_out_and_counts_the_fallback(tmp_path: Path) -> None:
+def test_lookup_times_out_and_counts_the_fallback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     metrics = Metrics()
+    caplog.set_level(logging.INFO, logger=LOGGER)
 
     async def body(fk: FakeKube) -> None:
         async with cache_for(tmp_path, fk, metrics) as cache:
@@ -286,6 +289,8 @@ def test_lookup_times_out_and_counts_the_fallback(tmp_path: Path) -> None:
             )
             assert both == [None, None]
             assert fallbacks(metrics, "not_found") == 2
+            hints = [r for r in caplog.records if "kubernetes.node_name" in r.getMessage()]
+            assert len(hints) == 1 and hints[0].levelno == logging.WARNING
             fk.add(api_pod("never", NODE))  # arrives after the lookups gave up
             await eventually(lambda: "uid-never" in cache.specs())
             assert await cache.lookup("uid-never", "default", "never", 0) is not None
