@@ -38,11 +38,18 @@ compgen -G "$repo/examples/*.yaml" >/dev/null \
     || die "examples/: no *.yaml files (the package ships the seed examples)"
 
 version="$("$python" - "$repo/pyproject.toml" <<'PY'
-import sys, tomllib
-with open(sys.argv[1], "rb") as f:
-    print(tomllib.load(f)["project"]["version"])
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the [project] table's version line
+    project = text.split("\n[project]\n", 1)[1].split("\n[", 1)[0]
+    print(re.search(r'^version\s*=\s*"([^"]+)"', project, re.M).group(1))
+else:
+    print(tomllib.loads(text)["project"]["version"])
 PY
 )"
+[[ "$version" =~ ^[0-9][A-Za-z0-9.+~-]*$ ]] || die "pyproject.toml: version '$version': not a Debian version"
 pyver="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 arch="$(dpkg --print-architecture)"
 
