@@ -48,7 +48,7 @@ def live_uids(rt: FakeRuntime) -> set[str]:
 async def first_life(tmp_path: Path) -> FakeRuntime:
     """Run four pods, remove one; return the runtime as the plugin left it."""
     plugin = new_plugin(tmp_path / "state")
-    async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+    async with serve(plugin, str(tmp_path / "nri.sock"), clean_stop=False) as s:
         rt = s.runtime
         await rt.launch(manifest("pod-scope-mixed"))
         doomed = await rt.launch(manifest("classic-guaranteed"))
@@ -64,7 +64,9 @@ async def second_life(tmp_path: Path, rt: FakeRuntime) -> tuple[Plugin, list[str
     """Restart from the same state directory; Synchronize reports what the runtime has."""
     plugin = new_plugin(tmp_path / "state")
     pods, ctrs = rt.sync_lists()
-    async with serve(plugin, str(tmp_path / "nri.sock"), pods=pods, containers=ctrs, runtime=rt):
+    async with serve(
+        plugin, str(tmp_path / "nri.sock"), pods=pods, containers=ctrs, runtime=rt, clean_stop=False
+    ):
         await rt.settle()
     return plugin, check(plugin.engine, rt, live_uids(rt))
 

@@ -31,9 +31,14 @@ async def serve(
     pods: Iterable[api.PodSandbox] = (),
     containers: Iterable[api.Container] = (),
     runtime: FakeRuntime | None = None,
+    clean_stop: bool = True,
     **sim_kwargs: object,
 ) -> AsyncIterator[Session]:
-    """Start the simulator, connect the plugin's stub, wait for Synchronize, yield, tear down."""
+    """Start the simulator, connect the plugin's stub, wait for Synchronize, yield, tear down.
+
+    ``clean_stop`` ends like the daemon on SIGTERM (the journal folded into a checkpoint);
+    False leaves the state as a crash would (checkpoint plus journal).
+    """
     sim = await NRISimulator.start(
         socket_path,
         pods=pods,
@@ -59,3 +64,5 @@ async def serve(
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 5)
         await sim.close()
+        if clean_stop:
+            plugin.close()
