@@ -37,6 +37,9 @@ IDLE_TIMEOUT = 2 * WATCH_TIMEOUT + 60.0
 connection never ends by itself; the client reopens the watch after each server timeout)."""
 UNAVAILABLE_AFTER = 2
 """Consecutive failed requests after which a synced cache counts as unavailable."""
+STABLE_WATCH = 10.0
+"""Seconds after which a watch that breaks counts as a fresh first failure (quiet watches cut
+by load balancers' idle timeouts are not an outage)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class KubePodCache:
         watch_timeout: int = WATCH_TIMEOUT,
         idle_timeout: float = IDLE_TIMEOUT,
         unavailable_after: int = UNAVAILABLE_AFTER,
+        stable_watch: float = STABLE_WATCH,
     ) -> None:
         if not node_name:
             raise ValueError("kubernetes.node_name '': the pod cache needs this node's name")
@@ -92,9 +96,9 @@ class KubePodCache:
         self.watch_timeout = watch_timeout
         self.idle_timeout = idle_timeout
         self.unavailable_after = unavailable_after
+        self.stable_watch = stable_watch
         self._specs: dict[str, PodSpec] = {}
         self._invalid: dict[str, str] = {}
-        self._objects: dict[tuple[str, str], str] = {}
         self._waiters: dict[str, _Waiter] = {}
         self._rv: str | None = None
         self._synced = False
@@ -179,16 +183,16 @@ class KubePodCache:
 
     async def run(self) -> None:
         """List, then watch, forever: resume after drops, relist after 410, back off on errors."""
-        attempt = 0
+        loop = asyncio.get_running_loop()
         gone = 0
         while True:
+            watch_started: float | None = None
             try:
                 if self._rv is None:
                     await self._list()
-                    attempt = 0
+                watch_started = loop.time()
                 if await self._watch():
                     gone = 0
-                attempt = 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any failure of the API or the connection: retry
@@ -199,9 +203,10 @@ class KubePodCache:
                     if gone > 1:
                         await asyncio.sleep(self.backoff.delay(gone - 1))
                     continue
-                attempt += 1
+                if watch_started is not None and loop.time() - watch_started >= self.stable_watch:
+                    self._failures = 0  # a long-lived watch was cut (e.g. an idle timeout)
                 self._failed(exc)
-                await asyncio.sleep(self.backoff.delay(attempt))
+                await asyncio.sleep(self.backoff.delay(self._failures))
 
     async def _list(self) -> None:
         listing = self.client.list(Pod, namespace=ALL_NS, fields={"spec.nodeName": self.node_name})

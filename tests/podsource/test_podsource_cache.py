@@ -42,9 +42,18 @@ async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
+def watches_opened(fk: FakeKube, count: int) -> Callable[[], bool]:
+    return lambda: len(fk.pod_requests(watch=True)) == count
+
+
 @contextlib.asynccontextmanager
 async def cache_for(
-    tmp_path: Path, fk: FakeKube, metrics: Metrics | None = None, *, sync: bool = True
+    tmp_path: Path,
+    fk: FakeKube,
+    metrics: Metrics | None = None,
+    *,
+    sync: bool = True,
+    stable_watch: float = 10.0,
 ) -> AsyncIterator[KubePodCache]:
     path = tmp_path / "kubeconfig"
     path.write_text(kubeconfig_text(fk.url))
@@ -56,6 +65,7 @@ async def cache_for(
         logger=logging.getLogger(LOGGER),
         server=fk.url,
         backoff=Backoff(0.01, 0.05),
+        stable_watch=stable_watch,
     )
     cache.start()
     try:
@@ -154,6 +164,27 @@ def test_dropped_watch_resumes_from_the_last_resource_version(tmp_path: Path) ->
             assert watches[1].query["resourceVersion"] == seen
             assert len(fk.pod_requests(watch=False)) == 1  # resumed, not relisted
             assert cache.available and gauge(metrics) == 1
+
+    run(tmp_path, body)
+
+
+def test_quiet_watches_cut_repeatedly_are_not_an_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    metrics = Metrics()
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+
+    async def body(fk: FakeKube) -> None:
+        async with cache_for(tmp_path, fk, metrics, stable_watch=0.05) as cache:
+            for cut in range(1, 4):
+                await eventually(lambda: fk.watch_count() == 1)
+                await asyncio.sleep(0.1)  # a quiet watch, longer than stable_watch
+                fk.drop_watches()
+                await eventually(watches_opened(fk, cut + 1))
+                assert cache.available
+            assert gauge(metrics) == 1
+        assert "unreachable" not in caplog.text
+        assert caplog.text.count("request failed") == 3
 
     run(tmp_path, body)
 
@@ -287,7 +318,7 @@ def test_lookup_times_out_and_counts_the_fallback(
                 cache.lookup("uid-never", "default", "never", 0.05),
                 cache.lookup("uid-never", "default", "never", 0.05),
             )
-            assert both == [None, None]
+            assert list(both) == [None, None]
             assert fallbacks(metrics, "not_found") == 2
             hints = [r for r in caplog.records if "kubernetes.node_name" in r.getMessage()]
             assert len(hints) == 1 and hints[0].levelno == logging.WARNING
