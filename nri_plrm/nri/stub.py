@@ -43,6 +43,13 @@ ENV_NAME = "NRI_PLUGIN_NAME"
 ENV_INDEX = "NRI_PLUGIN_IDX"
 
 
+RECONNECT_BACKOFF_MAX = 0.5
+"""Longest wait between reconnect attempts (seconds): a restarted containerd is rejoined
+within this time of its socket accepting connections again."""
+RECONNECT_LOG_EVERY = 120
+"""While the runtime stays unreachable, one warning per this many failed attempts."""
+
+
 class NRIError(Exception):
     """Raised by a handler to fail that one request; the message goes to the runtime."""
 
@@ -135,7 +142,10 @@ class Stub:
       from ``NRI_PLUGIN_NAME``/``NRI_PLUGIN_IDX``, and never reconnects (containerd does not
       relaunch such plugins); otherwise connects to ``socket_path`` and, with ``reconnect``,
       retries with exponential backoff (``backoff_initial`` doubling up to ``backoff_max``)
-      whenever the runtime goes away, re-registering and re-synchronizing each time.
+      whenever the runtime goes away, re-registering and re-synchronizing each time. The
+      default ``backoff_max`` keeps the reconnect within 1 s of containerd listening again (a
+      failed connect on a unix socket costs microseconds); repeated failures are logged at the
+      first attempt and then every ``RECONNECT_LOG_EVERY`` attempts.
     - ``events`` is the mask derived from the handlers; ``subscribed`` is what was sent to the
       current runtime (``events`` minus what that runtime's NRI version does not know).
     - ``request_timeout`` starts at the given value and follows the runtime's value from
@@ -154,8 +164,8 @@ class Stub:
         registration_timeout: float = 5.0,
         request_timeout: float = 2.0,
         reconnect: bool = True,
-        backoff_initial: float = 0.5,
-        backoff_max: float = 10.0,
+        backoff_initial: float = 0.25,
+        backoff_max: float = RECONNECT_BACKOFF_MAX,
         observer: StubObserver | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
@@ -210,6 +220,7 @@ class Stub:
         """Connect, register and serve; reconnect with backoff after the runtime goes away."""
         backoff = self.backoff_initial
         first = True
+        failures = 0
         while not self._stopping.is_set():
             if not first:
                 if not self.reconnect:
@@ -223,8 +234,17 @@ class Stub:
             except OSError as exc:
                 if self._socket_fd is not None or not self.reconnect:
                     raise
-                log.warning("NRI: cannot connect to %s: %s", self.socket_path, exc)
+                level = logging.WARNING if failures % RECONNECT_LOG_EVERY == 0 else logging.DEBUG
+                failures += 1
+                log.log(
+                    level,
+                    "NRI: cannot connect to %s (attempt %d): %s",
+                    self.socket_path,
+                    failures,
+                    exc,
+                )
                 continue
+            failures = 0
             self._channel = channel
             self.connected = True
             self._notify("on_connect")
