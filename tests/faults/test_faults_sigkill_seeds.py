@@ -1,9 +1,9 @@
 """The daemon SIGKILLed at a random moment of a churn, once per seed (50 seeds), restarted, and
 the node checked after every restart (issue 7, fault 1).
 
-The daemon is the real entry point (``nri_plrm.daemon.main``) forked from a forkserver that
-has imported the package once, so a restart costs a fork, topology discovery, checkpoint restore
-and the NRI handshake, not an interpreter start. The runtime (``nrisim`` + ``FakeRuntime``)
+The daemon is the real entry point (``nri_plrm.daemon.main``) forked from a preloaded
+forkserver (``fault_daemon``), so a restart costs a fork, topology discovery, checkpoint
+restore and the NRI handshake, not an interpreter start. The runtime (``nrisim`` + ``FakeRuntime``)
 carries on while the plugin is dead, exactly as containerd does: requests in flight fail, pods
 are created and removed without the plugin. After each restart the invariants of
 ``plrm_invariants.check`` must hold: no CPU in two exclusive sets, every running container
@@ -16,23 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 import random
 from pathlib import Path
 
+from fault_daemon import ForkedDaemon, checkpointed_engine, prepare
 from nrisim import NRISimulator
 from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
-from nri_plrm import daemon
-from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config import parse_config
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.engine import Engine
 from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.topology.fakesysfs import write_sysfs
-from nri_plrm.topology.machines import MACHINES
 from nri_plrm.ttrpc.messages import TtrpcError
 
 SEEDS = tuple(range(7001, 7051))
@@ -40,27 +34,6 @@ SEEDS = tuple(range(7001, 7051))
 the plugin is away. A failure names its seed."""
 MAX_LIVE = 8
 GI = 1 << 30
-
-
-def config_text(tmp: Path) -> str:
-    return f"""
-[nri]
-socket = "{tmp}/nri.sock"
-[state]
-dir = "{tmp}/state"
-kubelet_cpu_manager_state = "{tmp}/kubelet/cpu_manager_state"
-[pod_resources]
-enabled = false
-[metrics]
-address = ""
-[log]
-level = "warning"
-[topology]
-sysfs_root = "{tmp}/sys"
-[topology_manager]
-policy = "single-numa-node"
-scope = "pod"
-"""
 
 
 def guaranteed(name: str, cpus: int, kind: ContainerKind = ContainerKind.APP) -> ContainerSpec:
@@ -100,45 +73,6 @@ def pod_shape(uid: str, rng: random.Random) -> PodSpec:
     if kind == 3:
         return PodSpec(uid=uid, name=uid, containers=(ContainerSpec("batch"),))
     return PodSpec(uid=uid, name=uid, containers=(ContainerSpec("burst", requests={"cpu": 500}),))
-
-
-class ForkedDaemon:
-    """``nri_plrm.daemon.main`` in a process forked from a preloaded forkserver."""
-
-    def __init__(self, config: Path) -> None:
-        self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["nri_plrm.daemon"])
-        self.config = config
-        self.proc: multiprocessing.process.BaseProcess | None = None
-
-    def start(self) -> None:
-        self.proc = self.ctx.Process(target=daemon.main, args=(["--config", str(self.config)],))
-        self.proc.start()
-
-    async def kill(self) -> None:
-        """SIGKILL (no clean-up of any kind) and reap."""
-        proc = self.proc
-        assert proc is not None
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            proc.kill()
-        while proc.is_alive():
-            await asyncio.sleep(0.002)
-        proc.join()
-
-    async def terminate(self) -> int | None:
-        proc = self.proc
-        assert proc is not None
-        proc.terminate()
-        while proc.is_alive():
-            await asyncio.sleep(0.01)
-        return proc.exitcode
-
-
-def checkpointed_engine(tmp: Path) -> Engine:
-    cfg = parse_config(config_text(tmp))
-    data = CheckpointStore(tmp / "state").load().data
-    assert data is not None, "no checkpoint after a restart"
-    return Engine.restore(MACHINES["default"], cfg.engine_config(), data["engine"])
 
 
 async def churn_step(rt: FakeRuntime, rng: random.Random, live: list[str], uid: str) -> None:
@@ -191,10 +125,7 @@ async def restart(sim: NRISimulator, rt: FakeRuntime, proc: ForkedDaemon) -> Non
 
 
 def test_sigkill_at_random_points_of_a_churn_50_seeds(tmp_path: Path) -> None:
-    write_sysfs(MACHINES["default"], str(tmp_path / "sys"))
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(config_text(tmp_path))
-    proc = ForkedDaemon(cfg)
+    proc = ForkedDaemon(prepare(tmp_path))
 
     async def main() -> None:
         sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
