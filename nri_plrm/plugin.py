@@ -71,6 +71,13 @@ COMPACT_RECORDS = 1000
 COMPACT_BYTES = 4 << 20
 COMPACT_DELAY = 0.05
 """Seconds after the decision that filled the journal before compacting (off the reply path)."""
+IDLE_COMPACT_MIN = 0.1
+IDLE_COMPACT_MAX = 5.0
+IDLE_COMPACT_FACTOR = 10
+"""After a burst of decisions, the journal is also folded once the plugin has been idle for
+``FACTOR`` times the last compaction's duration (between MIN and MAX seconds): the checkpoint
+file stays current for readers of ``state.json`` while compaction takes at most about a tenth
+of the event loop's time."""
 EXPORT_DELAY = 0.05
 """Seconds after a change before the kubelet-format files are rewritten (coalesces bursts)."""
 
@@ -284,6 +291,8 @@ class Plugin:
         self._records: list[Op] = []
         self._batch = False
         self._compact_handle: asyncio.TimerHandle | None = None
+        self._last_compaction = 0.0
+        self._compact_urgent = False
         self._sender: UpdateSender | None = None
         self._pending: set[tuple[str, str]] = set()
         self._flush_task: asyncio.Task[None] | None = None
@@ -456,6 +465,7 @@ class Plugin:
             self._checkpoint_metric(False, start)
             raise
         self._checkpoint_metric(True, start)
+        self._last_compaction = time.perf_counter() - start
         self._generation = generation
         self._base = data
         self._records = []
@@ -473,16 +483,27 @@ class Plugin:
 
     def _maybe_compact(self) -> None:
         journal = self.journal
-        if journal is None or self._compact_handle is not None:
+        if journal is None:
             return
-        if journal.count < COMPACT_RECORDS and journal.size < COMPACT_BYTES and not journal.broken:
-            return
+        full = journal.count >= COMPACT_RECORDS or journal.size >= COMPACT_BYTES
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._compact_later()
+            if full or journal.broken:
+                self._compact_later()
             return
-        self._compact_handle = loop.call_later(COMPACT_DELAY, self._compact_later)
+        urgent = full or journal.broken is not None
+        if self._compact_handle is not None:
+            if self._compact_urgent:
+                return
+            self._compact_handle.cancel()
+        if urgent:
+            delay = COMPACT_DELAY
+        else:
+            idle = self._last_compaction * IDLE_COMPACT_FACTOR
+            delay = min(IDLE_COMPACT_MAX, max(IDLE_COMPACT_MIN, idle))
+        self._compact_urgent = urgent
+        self._compact_handle = loop.call_later(delay, self._compact_later)
 
     def _commit(self, op: Op) -> None:
         """Make a decision durable before its reply; on failure undo it and fail the request."""
