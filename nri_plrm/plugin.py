@@ -614,6 +614,9 @@ class Plugin:
         self._touched.add(uid)
         return record
 
+    def _do_sandbox(self, uid: str, sandbox_id: str) -> None:
+        self._pods[uid].sandbox_id = sandbox_id
+
     def _do_unmanaged(self, uid: str, sandbox_id: str, intent: PodIntent) -> None:
         self._pods[uid] = _Pod(intent=intent, sandbox_id=sandbox_id, managed=False)
         self._touched.add(uid)
@@ -676,6 +679,8 @@ class Plugin:
                 intent_from_dict(op["intent"]),
                 None if spec is None else spec_from_dict(spec),
             )
+        elif kind == "sandbox":
+            self._do_sandbox(str(op["uid"]), str(op["sandbox"]))
         elif kind == "unmanaged":
             self._do_unmanaged(str(op["uid"]), str(op["sandbox"]), intent_from_dict(op["intent"]))
         elif kind == "place":
@@ -752,10 +757,10 @@ class Plugin:
     async def run_pod_sandbox(self, pod: api.PodSandbox) -> None:
         """Admit the pod: reserve its budget (scope pod) or fail the sandbox like the kubelet."""
         uid, namespace, name = pod_identity(pod)
-        if uid in self._pods:
+        if self._known_sandbox(uid, pod.id):
             return
         spec = await self._lookup(uid, namespace, name)
-        if uid in self._pods:
+        if self._known_sandbox(uid, pod.id):
             return
         try:
             intent = pod_intent(pod)
@@ -788,6 +793,18 @@ class Plugin:
             cpus if cpus else "-",
             extra={"plrm": {"event": "admit", "pod": record.label(), "uid": uid}},
         )
+
+    def _known_sandbox(self, uid: str, sandbox_id: str) -> bool:
+        """True for a pod already admitted; a new sandbox of it (the kubelet recreates a dead
+        one) keeps the pod's resources and becomes the pod's sandbox."""
+        record = self._pods.get(uid)
+        if record is None:
+            return False
+        if sandbox_id and record.sandbox_id != sandbox_id:
+            self._do_sandbox(uid, sandbox_id)
+            self._commit({"op": "sandbox", "uid": uid, "sandbox": sandbox_id})
+            self.log.info("pod=%s uid=%s moved to sandbox %s", record.label(), uid, sandbox_id)
+        return True
 
     async def create_container(
         self, pod: api.PodSandbox, container: api.Container
@@ -843,9 +860,11 @@ class Plugin:
         self._schedule(changes)
 
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
-        """Release everything the pod holds; grown pools are sent asynchronously."""
+        """Release everything the pod holds; grown pools are sent asynchronously. Removing a
+        sandbox the pod has been moved away from releases nothing."""
         uid = pod_identity(pod)[0]
-        if uid not in self._pods:
+        record = self._pods.get(uid)
+        if record is None or (pod.id and record.sandbox_id and pod.id != record.sandbox_id):
             return
         before = self.engine.node_shared_pool()
         record, released = self._do_remove_pod(uid)
