@@ -5,7 +5,9 @@ restore, metrics HTTP server, PodResources server, the Kubernetes API pod cache 
 recorder (``[kubernetes] enabled``), NRI stub. ``SIGTERM``/``SIGINT`` stop cleanly;
 ``SIGHUP`` re-reads the configuration file and applies ``[log]`` changes live (every other
 change is logged as needing a restart). ``on_ready`` is called each time the plugin is
-registered and synchronized with the runtime (systemd ``READY=1`` by default).
+registered and synchronized with the runtime (systemd ``READY=1`` by default); a lost
+connection is reported as systemd ``STATUS=``, and a systemd watchdog, when armed, is fed from
+the event loop (a stuck loop stops feeding it).
 """
 
 from __future__ import annotations
@@ -181,6 +183,8 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         loop.add_signal_handler(signum, lambda: loop.create_task(stub.stop()))
     loop.add_signal_handler(signal.SIGHUP, reload)
 
+    notifier = sdnotify.Notifier.from_environment()
+
     async def announce() -> None:
         while True:
             await stub.ready.wait()
@@ -189,8 +193,10 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
             ready_hook()
             while stub.ready.is_set():
                 await asyncio.sleep(0.2)
+            notifier.status("connection to the runtime lost; reconnecting")
 
     announcer = loop.create_task(announce())
+    watchdog = loop.create_task(notifier.watchdog_loop())
     if kube is not None:
         kube.start()
     try:
@@ -198,9 +204,10 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     finally:
         if kube is not None:
             await kube.stop()
-        announcer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await announcer
+        for task in (announcer, watchdog):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         sdnotify.stopping()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)

@@ -151,3 +151,56 @@ def test_json_formatter_carries_the_structured_fields() -> None:
     record.plrm = {"event": "decision", "cpus": "2-3"}
     doc = json.loads(JSONFormatter().format(record))
     assert doc["msg"] == "x=3" and doc["cpus"] == "2-3" and doc["logger"] == "nri_plrm.plugin"
+
+
+def test_systemd_notifications(tmp_path: Path) -> None:
+    """READY=1 once registered and synchronized, WATCHDOG=1 while running, STOPPING=1 at the
+    end, over a real NOTIFY_SOCKET datagram socket."""
+    import socket
+
+    write_sysfs(MACHINES["default"], str(tmp_path / "sys"))
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(config(tmp_path))
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.setblocking(False)
+    received: list[str] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                received.append(notify.recv(4096).decode())
+            except BlockingIOError:
+                return
+
+    async def main() -> None:
+        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
+        env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify.sock")}
+        env["WATCHDOG_USEC"] = "400000"
+        with open(tmp_path / "daemon.log", "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
+                stdout=out,
+                stderr=out,
+                env=env,
+            )
+        try:
+            await sim.wait_registered(timeout=30)
+            deadline = time.monotonic() + 10
+            while not any("READY=1" in m for m in received) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                drain()
+            await asyncio.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            await sim.close()
+
+    asyncio.run(main())
+    drain()
+    notify.close()
+    assert any(m.startswith("READY=1") for m in received), received
+    assert sum("WATCHDOG=1" in m for m in received) >= 2, received
+    assert any("STOPPING=1" in m for m in received), received
