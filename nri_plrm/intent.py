@@ -8,6 +8,7 @@ and ``Container.linux.resources``. This module inverts that translation into the
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from collections.abc import Mapping
@@ -234,10 +235,20 @@ def pod_intent(pod: api.PodSandbox) -> PodIntent:
 
 
 def container_resources(container: api.Container) -> ResourceValues:
-    """The container's forwarded resources."""
-    if container.HasField("linux") and container.linux.HasField("resources"):
-        return ResourceValues.from_nri(container.linux.resources)
-    return ResourceValues()
+    """The container's forwarded resources.
+
+    A running container reported by Synchronize carries the resources applied to it: a CPU
+    quota of -1 means a CPU manager gave it exclusive CPUs (only exclusive containers get it),
+    so with shares of n*1024 it is read back as the n whole CPUs it asked for.
+    """
+    if not (container.HasField("linux") and container.linux.HasField("resources")):
+        return ResourceValues()
+    values = ResourceValues.from_nri(container.linux.resources)
+    n, rest = divmod(values.cpu_shares, SHARES_PER_CPU)
+    if values.cpu_quota == -1 and n >= 1 and not rest:
+        period = values.cpu_period or DEFAULT_PERIOD
+        return dataclasses.replace(values, cpu_quota=n * period, cpu_period=period)
+    return values
 
 
 def container_spec(intent: PodIntent, container: api.Container) -> ContainerSpec:

@@ -71,6 +71,8 @@ COMPACT_RECORDS = 1000
 COMPACT_BYTES = 4 << 20
 COMPACT_DELAY = 0.05
 """Seconds after the decision that filled the journal before compacting (off the reply path)."""
+LOAD_ATTEMPTS = 5
+"""Times :meth:`Plugin.load` re-reads when a running plugin compacts between its two reads."""
 IDLE_COMPACT_MIN = 0.1
 IDLE_COMPACT_MAX = 5.0
 IDLE_COMPACT_FACTOR = 10
@@ -396,19 +398,12 @@ class Plugin:
         """
         if self.store is None or self.journal is None:
             return None
-        problem: str | None = None
-        result = self.store.load()
-        if result.problem is not None:
-            problem = str(result.problem)
-            self._unusable(result.problem.kind, problem)
-        elif result.data is not None:
-            try:
-                self.load_state(result.data)
-            except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                self._reset()
-                problem = f"checkpoint {self.store.path}: unusable contents: {exc}"
-                self._unusable("bad-contents", problem)
-        generation, records, damaged = self.journal.read()
+        for _ in range(LOAD_ATTEMPTS):
+            problem = self._load_checkpoint()
+            generation, records, damaged = self.journal.read()
+            if generation is not None and generation > self._generation and problem is None:
+                continue  # a running plugin compacted between the two reads: read both again
+            break
         if damaged is not None:
             self._unusable("journal", damaged)
             problem = problem or damaged
@@ -423,6 +418,24 @@ class Plugin:
                     self._generation,
                 )
         return problem
+
+    def _load_checkpoint(self) -> str | None:
+        assert self.store is not None
+        self._reset()
+        result = self.store.load()
+        if result.problem is not None:
+            self._unusable(result.problem.kind, str(result.problem))
+            return str(result.problem)
+        if result.data is None:
+            return None
+        try:
+            self.load_state(result.data)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            self._reset()
+            problem = f"checkpoint {self.store.path}: unusable contents: {exc}"
+            self._unusable("bad-contents", problem)
+            return problem
+        return None
 
     def _unusable(self, kind: str, problem: str) -> None:
         self.log.error(

@@ -107,12 +107,20 @@ def test_changes_while_away_are_reconciled(tmp_path: Path) -> None:
 
 
 def test_checkpoint_deleted_rebuilds_from_the_runtime(tmp_path: Path) -> None:
+    """Every container is adopted from what it runs with: exclusive ones stay exclusive with
+    as many CPUs as before (quota -1 is read back as their whole-CPU request)."""
+
     async def main() -> None:
         rt = await first_life(tmp_path)
+        before = exclusive_cpus(rt)
         (tmp_path / "state" / "state.json").unlink()
         plugin, problems = await second_life(tmp_path, rt)
         assert problems == []
         assert {v.uid for v in plugin.pods()} == live_uids(rt)
+        after = exclusive_cpus(rt)
+        assert {cid: len(c) for cid, c in after.items()} == {
+            cid: len(c) for cid, c in before.items()
+        }
 
     asyncio.run(main())
 
