@@ -213,3 +213,19 @@ def test_fuzz_decoder_never_crashes_unexpectedly(
     ctr.linux.resources.CopyFrom(wire)
     spec = container_spec(intent, ctr)
     assert spec.name == "c"
+
+
+def test_quota_minus_one_is_read_back_as_the_exclusive_request() -> None:
+    from nri_plrm.intent import container_resources
+
+    ctr = api.Container(id="c", name="db")
+    res = ctr.linux.resources
+    res.cpu.shares.value = 6 * 1024
+    res.cpu.quota.value = -1
+    res.cpu.period.value = 100_000
+    res.memory.limit.value = 12 * GI
+    values = container_resources(ctr)
+    assert values.exclusive_cpus() == 6
+    res.cpu.shares.value = 1536
+    assert container_resources(ctr).exclusive_cpus() == 0
+    assert container_resources(api.Container(id="x")) == ResourceValues()
