@@ -112,7 +112,8 @@ class DecisionJournal:
         self.size = 0
         self.count = 0
         self.broken: str | None = None
-        """Why appends are refused until the next :meth:`reset` (a failed write or reset)."""
+        """Why appends are refused until the next :meth:`reset`: after a failed write the file
+        may end in a partial line, so the plugin writes a full checkpoint and starts afresh."""
         self._fd: int | None = None
 
     @staticmethod
@@ -209,10 +210,9 @@ class DecisionJournal:
                 view = view[os.write(self._fd, view) :]
             os.fdatasync(self._fd)
         except OSError as exc:
-            try:
+            self.broken = f"write failed ({exc})"
+            with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, self.size)
-            except OSError as trunc:
-                self.broken = f"write failed ({exc}) and could not be undone ({trunc})"
             raise JournalError(f"journal {self.path}: write failed: {exc}") from exc
         self.size += len(line)
         self.count += 1
@@ -528,10 +528,7 @@ class Plugin:
             return
         start = time.perf_counter()
         try:
-            if self.journal.is_open:
-                self.journal.append(op)
-            else:
-                self.compact()
+            self._write(op)
         except (JournalError, CheckpointError) as exc:
             self._checkpoint_metric(False, start)
             self._records.pop()
@@ -551,8 +548,8 @@ class Plugin:
             return
         start = time.perf_counter()
         try:
-            self.journal.append(op)
-        except JournalError as exc:
+            self._write(op)
+        except (JournalError, CheckpointError) as exc:
             self._checkpoint_metric(False, start)
             self.journal.broken = self.journal.broken or f"a release was not written: {exc}"
             self.log.error("release kept in memory until the next checkpoint: %s", exc)
@@ -560,6 +557,15 @@ class Plugin:
             self._checkpoint_metric(True, start)
         self._publish()
         self._maybe_compact()
+
+    def _write(self, op: Op) -> None:
+        """Append ``op`` to the journal; when the journal is not usable (not opened yet, or a
+        write failed before), write the whole state, which includes ``op``, as a checkpoint."""
+        assert self.journal is not None
+        if self.journal.is_open and self.journal.broken is None:
+            self.journal.append(op)
+        else:
+            self.compact()
 
     def _rebuild(self) -> None:
         """Back to the last durable state: the checkpoint plus the journaled records."""

@@ -161,13 +161,14 @@ def test_checkpoint_from_a_newer_version_with_unknown_fields(tmp_path: Path) -> 
 
 
 def test_failed_checkpoint_write_fails_the_request_and_rolls_back(tmp_path: Path) -> None:
-    """A full disk under the journal: RunPodSandbox and CreateContainer fail with an error
-    naming the journal, the decision is undone, and a later compaction recovers."""
+    """The state directory cannot be written: decisions fail with an error naming the file
+    and the cause and are undone; once it can be written again, the next decision writes a
+    full checkpoint and everything is durable again, without a restart."""
 
     async def main() -> None:
         plugin = new_plugin(tmp_path / "state")
-        journal = plugin.journal
-        assert journal is not None
+        journal, store = plugin.journal, plugin.store
+        assert journal is not None and store is not None
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
             rt = s.runtime
             await rt.launch(manifest("besteffort"))
@@ -175,15 +176,18 @@ def test_failed_checkpoint_write_fails_the_request_and_rolls_back(tmp_path: Path
             pod = await rt.run_pod(mixed)
             saved = plugin.state()
             journal.close()
-            journal._fd = os.open("/dev/full", os.O_WRONLY)  # every write: ENOSPC
+            journal._fd = os.open("/dev/full", os.O_WRONLY)  # every append: ENOSPC
+            (tmp_path / "not-a-dir").write_text("a file where a directory should be")
+            plugin.store = CheckpointStore(tmp_path / "not-a-dir" / "state")
             with pytest.raises(TtrpcError, match=r"decision not applied: journal .*journal.jsonl"):
                 await rt.create(pod, mixed, mixed.init_containers[0])
             assert plugin.state() == saved
-            with pytest.raises(TtrpcError, match="decision not applied"):
+            with pytest.raises(TtrpcError, match=r"decision not applied: .*not-a-dir"):
                 await rt.run_pod(manifest("tightly-coupled-database"))
             assert plugin.state() == saved
-            plugin.compact()
+            plugin.store = store
             await rt.create(pod, mixed, mixed.init_containers[0])
+            assert journal.broken is None and journal.is_open
         restarted = new_plugin(tmp_path / "state")
         assert restarted.state()["engine"]["cpu"] == plugin.state()["engine"]["cpu"]
 
