@@ -425,6 +425,15 @@ class _Parser:
                 "Topolgy manager single-numa-node policy is incompatible with CPUManager "
                 "align-by-socket policy option",
             )
+        lookup, budget = config.kubernetes.lookup_timeout, config.nri.request_timeout
+        if isinstance(lookup, float) and isinstance(budget, float) and lookup >= budget:
+            self.error(
+                "kubernetes.lookup_timeout",
+                lookup,
+                f"must be less than nri.request_timeout ({budget:g} s): RunPodSandbox waits "
+                "this long for a pod missing from the API cache and must still answer within "
+                "the runtime's request budget",
+            )
         if self.errors:
             raise ConfigError(sorted(self.errors, key=self._order(names)))
         return config
