@@ -370,6 +370,8 @@ class Plugin:
         self._node_shared = set()
         self._base = None
         self._records = []
+        self._views = {}
+        self._view = ()
 
     def restore(self) -> str | None:
         """Start-up: :meth:`load`, then write a fresh checkpoint and start an empty journal;
@@ -434,6 +436,12 @@ class Plugin:
             self._reset()
             problem = f"checkpoint {self.store.path}: unusable contents: {exc}"
             self._unusable("bad-contents", problem)
+            return problem
+        broken = self.engine.verify()
+        if broken:
+            self._reset()
+            problem = f"checkpoint {self.store.path}: inconsistent: {'; '.join(broken[:3])}"
+            self._unusable("inconsistent", problem)
             return problem
         return None
 
