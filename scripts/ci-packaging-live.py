@@ -45,6 +45,7 @@ CONFIG = Path("/etc/nri-plrm/config.toml")
 DEFAULTS = Path("/etc/default/nri-plrm")
 EXAMPLE = Path("/usr/share/nri-plrm/examples/pod-scope-mixed.yaml")
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+CHECKPOINT_LAG = 15.0
 
 
 def step(text: str) -> None:
@@ -168,10 +169,17 @@ async def live(tmp: Path, unit: Path) -> None:
         if len(shared) != 1 or not shared.pop():
             raise SystemExit("the sidecars do not share one pod shared pool")
 
-        for args in (("--config", str(config)), ("--config", str(config), "--socket")):
-            shown = json.loads(cli("state", *args, "--output", "json"))
-            if "pod-scope-mixed" not in json.dumps(shown):
-                raise SystemExit(f"nri-plrm state {' '.join(args)} does not show the pod")
+        loop = asyncio.get_running_loop()
+        for args in (("--config", str(config), "--socket"), ("--config", str(config))):
+            # The PodResources view is immediate; the checkpoint absorbs the decision journal
+            # once the plugin is idle, within seconds.
+            deadline = loop.time() + CHECKPOINT_LAG
+            while "pod-scope-mixed" not in json.dumps(
+                json.loads(cli("state", *args, "--output", "json"))
+            ):
+                if loop.time() > deadline:
+                    raise SystemExit(f"nri-plrm state {' '.join(args)} does not show the pod")
+                await asyncio.sleep(0.2)
             step(f"nri-plrm state {' '.join(args)}: shows pod-scope-mixed")
         print(cli("state", "--config", str(config)), file=sys.stderr)
 
