@@ -81,7 +81,8 @@ IDLE_COMPACT_FACTOR = 10
 file stays current for readers of ``state.json`` while compaction takes at most about a tenth
 of the event loop's time."""
 EXPORT_DELAY = 0.05
-"""Seconds after a change before the kubelet-format files are rewritten (coalesces bursts)."""
+"""Seconds after a change before the kubelet-format files are rewritten (coalesces bursts);
+at least ten times the last export's duration, so exports take at most a tenth of the loop."""
 
 Changes = Mapping[tuple[str, str], ContainerAssignment]
 """Other containers whose assignment changed, by (pod uid, container name)."""
@@ -302,6 +303,7 @@ class Plugin:
         self._node_shared: set[tuple[str, str]] = set()
         self._carry: dict[tuple[str, str], ContainerAssignment] = {}
         self._export_handle: asyncio.TimerHandle | None = None
+        self._last_export = 0.0
         self._views: dict[str, PodView] = {}
         self._view: tuple[PodView, ...] = ()
 
@@ -601,13 +603,15 @@ class Plugin:
         except RuntimeError:
             self.export_kubelet_state()
             return
-        self._export_handle = loop.call_later(EXPORT_DELAY, self.export_kubelet_state)
+        delay = max(EXPORT_DELAY, self._last_export * IDLE_COMPACT_FACTOR)
+        self._export_handle = loop.call_later(delay, self.export_kubelet_state)
 
     def export_kubelet_state(self) -> None:
         """Write ``cpu_manager_state``/``memory_manager_state`` to ``kubelet_state_path``."""
         self._export_handle = None
         if not self.kubelet_state_path:
             return
+        start = time.perf_counter()
         try:
             write_kubelet_state(
                 self.kubelet_state_path,
@@ -618,6 +622,7 @@ class Plugin:
             )
         except (OSError, ValueError) as exc:
             self.log.warning("kubelet-format export to %s failed: %s", self.kubelet_state_path, exc)
+        self._last_export = time.perf_counter() - start
 
     def close(self) -> None:
         """Fold the journal into a checkpoint and close it (clean shutdown)."""
