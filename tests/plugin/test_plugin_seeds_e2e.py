@@ -297,3 +297,25 @@ def test_containerd_2_1_state_change_events(tmp_path: Path) -> None:
         assert plugin.pods() == ()
 
     asyncio.run(main())
+
+
+def test_whole_pod_admission_shrink_reaches_node_shared_containers(tmp_path: Path) -> None:
+    """Whole-pod mode reserves the budget at RunPodSandbox (no reply can carry updates there):
+    the node-shared containers' smaller pool rides on the pod's first CreateContainer reply."""
+    best = manifest("besteffort")
+    mixed = manifest("pod-scope-mixed")
+
+    async def body(s: Session, plugin: Plugin) -> None:
+        rt = s.runtime
+        be = await rt.launch(best)
+        wide = rt.cpus_of(be, "batch")
+        pod = await rt.run_pod(mixed)
+        resp = await rt.create(pod, mixed, mixed.init_containers[0])
+        (update,) = [u for u in resp.update if u.container_id == rt.id_of(be, "batch")]
+        narrow = CPUSet.parse(update.linux.resources.cpu.cpus)
+        assert (
+            narrow == plugin.engine.node_shared_pool() == wide - plugin.engine.pod_cpus(mixed.uid)
+        )  # type: ignore[operator]
+        assert rt.cpus_of(be, "batch") == narrow
+
+    run(tmp_path, POD_SCOPE, body, whole_pod=(best, mixed))
