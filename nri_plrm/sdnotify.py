@@ -28,6 +28,7 @@ from collections.abc import Mapping
 __all__ = [
     "Notifier",
     "NotifyError",
+    "encode",
     "notify",
     "ready",
     "reloading",
