@@ -1,0 +1,169 @@
+"""A CPU going offline under an exclusive allocation (issue 7, fault 1): reported, metered and
+handled by the documented rule (``nri_plrm.hotplug``, docs/security.md): assignments are kept,
+every degraded exclusive container is named, the gauges follow the live state, and the CPU
+coming back clears it all. The machine is a real sysfs tree whose ``cpu/online`` file changes
+as the kernel's would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from nri_plrm.config import parse_config
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.engine import Engine
+from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.hotplug import HotplugMonitor
+from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
+from nri_plrm.plugin import Plugin
+from nri_plrm.topology.fakesysfs import write_sysfs
+from nri_plrm.topology.machines import MACHINES
+from nri_plrm.topology.watch import HotplugAction, HotplugEvent, HotplugSubsystem
+
+POD_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
+GI = 1 << 30
+MACHINE = MACHINES["default"]
+
+
+def mixed(uid: str) -> PodSpec:
+    two = {"cpu": 2000, "memory": GI}
+    budget = {"cpu": 4000, "memory": 2 * GI}
+    return PodSpec(
+        uid=uid,
+        name=uid,
+        init_containers=(ContainerSpec("proxy", ContainerKind.SIDECAR),),
+        containers=(ContainerSpec("main", requests=two, limits=two),),
+        requests=budget,
+        limits=budget,
+    )
+
+
+def populated() -> Plugin:
+    plugin = Plugin(Engine(MACHINE, parse_config(POD_SCOPE).engine_config()))
+
+    async def fill() -> None:
+        for i in range(3):
+            spec = mixed(f"hp-{i}")
+            sandbox = nri_pod_sandbox(spec)
+            await plugin.run_pod_sandbox(sandbox)
+            for ctr in creation_order(spec):
+                await plugin.create_container(sandbox, nri_container(spec, ctr))
+
+    asyncio.run(fill())
+    return plugin
+
+
+def set_online(root: Path, cpus: CPUSet) -> None:
+    (root / "devices" / "system" / "cpu" / "online").write_text(f"{cpus}\n")
+
+
+def metric(registry: CollectorRegistry, name: str) -> float:
+    for line in generate_latest(registry).decode().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)
+
+
+def cpu_event(action: HotplugAction, cpu: int | None) -> HotplugEvent:
+    subsystem = None if action is HotplugAction.LOST else HotplugSubsystem.CPU
+    return HotplugEvent(subsystem, action, cpu, f"/devices/system/cpu/cpu{cpu}")
+
+
+def test_cpu_offline_under_an_exclusive_slice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "sys"
+    write_sysfs(MACHINE, str(root))
+    plugin = populated()
+    registry = CollectorRegistry()
+    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root), registry)
+    decided = plugin.engine.assignments()
+    main = plugin.engine.assignment("hp-1", "main")
+    assert main is not None and main.exclusive
+    victim = min(main.cpus)
+    assert metric(registry, "nri_plrm_exclusive_containers_degraded") == 0
+
+    async def main_flow() -> None:
+        set_online(root, MACHINE.all_cpus - CPUSet([victim]))
+        with caplog.at_level(logging.INFO, logger="nri_plrm.hotplug"):
+            report = await monitor.handle(cpu_event(HotplugAction.OFFLINE, victim))
+        assert report is not None
+        assert report.offline == CPUSet([victim])
+        ((hit),) = report.affected
+        assert (hit.uid, hit.container, hit.offline) == ("hp-1", "main", CPUSet([victim]))
+        assert hit.left == main.cpus - CPUSet([victim])
+        named = [r.getMessage() for r in caplog.records if "hp-1" in r.getMessage()]
+        assert named and "main" in named[0] and str(victim) in named[0]
+        # the rule: nothing moved
+        assert plugin.engine.assignments() == decided
+        assert metric(registry, "nri_plrm_cpus_offline") == 1
+        assert metric(registry, "nri_plrm_exclusive_cpus_offline") == 1
+        assert metric(registry, "nri_plrm_exclusive_containers_degraded") == 1
+        assert metric(registry, "nri_plrm_cpu_hotplug_events_total") == 1
+        # the same event again reports nothing new
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="nri_plrm.hotplug"):
+            await monitor.handle(cpu_event(HotplugAction.OFFLINE, victim))
+        assert not caplog.records
+
+        # back online: all clear
+        set_online(root, MACHINE.all_cpus)
+        with caplog.at_level(logging.INFO, logger="nri_plrm.hotplug"):
+            report = await monitor.handle(cpu_event(HotplugAction.ONLINE, victim))
+        assert report is not None and report.affected == () and report.offline == CPUSet()
+        assert any("online again" in r.getMessage() for r in caplog.records)
+        assert metric(registry, "nri_plrm_exclusive_containers_degraded") == 0
+        assert plugin.engine.assignments() == decided
+
+    asyncio.run(main_flow())
+
+
+def test_offline_cpu_outside_exclusive_slices_and_lost_events(tmp_path: Path) -> None:
+    root = tmp_path / "sys"
+    write_sysfs(MACHINE, str(root))
+    plugin = populated()
+    registry = CollectorRegistry()
+    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root), registry)
+    exclusive = CPUSet().union(
+        *(a.cpus for a in plugin.engine.assignments().values() if a.exclusive)
+    )
+    spare = max(MACHINE.all_cpus - exclusive)
+
+    async def flow() -> None:
+        set_online(root, MACHINE.all_cpus - CPUSet([spare]))
+        # events were dropped: LOST makes the monitor rediscover anyway
+        report = await monitor.handle(cpu_event(HotplugAction.LOST, None))
+        assert report is not None and report.offline == CPUSet([spare]) and not report.affected
+        assert metric(registry, "nri_plrm_cpus_offline") == 1
+        assert metric(registry, "nri_plrm_exclusive_cpus_offline") == 0
+        # memory events are counted, not acted on
+        memory = HotplugEvent(HotplugSubsystem.MEMORY, HotplugAction.OFFLINE, 7)
+        assert await monitor.handle(memory) is None
+
+    asyncio.run(flow())
+    text = generate_latest(registry).decode()
+    assert 'nri_plrm_cpu_hotplug_events_total{action="lost"} 1.0' in text
+    assert 'nri_plrm_cpu_hotplug_events_total{action="offline"} 1.0' in text
+
+
+def test_unreadable_tree_keeps_the_last_view(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "sys"
+    write_sysfs(MACHINE, str(root))
+    plugin = populated()
+    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root))
+    (root / "devices" / "system" / "cpu" / "online").write_text("garbage\n")
+
+    async def flow() -> None:
+        with caplog.at_level(logging.ERROR, logger="nri_plrm.hotplug"):
+            assert await monitor.handle(cpu_event(HotplugAction.OFFLINE, 3)) is None
+        assert monitor.online == MACHINE.all_cpus
+        assert any("cannot rediscover" in r.getMessage() for r in caplog.records)
+
+    asyncio.run(flow())
