@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -312,11 +314,12 @@ _values = st.recursive(
     ),
     max_leaves=8,
 )
-_tables = st.dictionaries(
-    st.text(max_size=8).filter(lambda name: name not in DEFAULT_TABLES),
-    st.dictionaries(st.text(max_size=8), _values, max_size=3),
+_LOG_DEFAULTS = frozenset(yaml.safe_load((CHART / "values.yaml").read_text())["config"]["log"])
+_settings = st.dictionaries(
+    st.text(max_size=8).filter(lambda key: key not in _LOG_DEFAULTS),
+    _values,
     min_size=1,
-    max_size=2,
+    max_size=4,
 )
 
 
@@ -332,8 +335,32 @@ def as_helm_sees_it(value: Any) -> Any:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_tables)
+@given(_settings)
 def test_any_config_values_render_to_equal_toml(extra: dict[str, Any]) -> None:
-    _, parsed = config_of({"config": extra})
-    for table, settings_ in extra.items():
-        assert as_helm_sees_it(parsed[table]) == as_helm_sees_it(settings_)
+    """The chart's TOML writer, fuzzed: any keys and values under a table parse back equal."""
+    _, parsed = config_of({"config": {"log": extra}})
+    for key, value in extra.items():
+        assert as_helm_sees_it(parsed["log"][key]) == as_helm_sees_it(value)
+
+
+def test_schema_names_every_config_table() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(schema["properties"]["config"]["properties"]) == DEFAULT_TABLES
+    defaults = tomllib.loads((REPO / "packaging" / "config.toml").read_text())
+    assert set(defaults) == DEFAULT_TABLES
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"imge": {"repository": "x"}}, "additional properties 'imge'"),
+        ({"config": {"topology_manger": {}}}, "at '/config'"),
+        ({"livenessProbe": {"periodSeconds": 0}}, "/livenessProbe/periodSeconds"),
+        ({"hostPaths": {"sysfs": "sys"}}, "/hostPaths/sysfs"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"nodeSelector": {"nri-plrm/enabled": True}}, "/nodeSelector"),
+    ],
+)
+def test_schema_rejects_mistyped_values(values: dict[str, Any], where: str) -> None:
+    with pytest.raises(helm_python.HelmValuesError, match=re.escape(where)):
+        render_module.render(values)
