@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,6 +92,8 @@ def test_hardening_leaves_the_plugin_its_paths(unit: dict[str, dict[str, list[st
         "ProtectKernelModules": "yes",
         "ProtectControlGroups": "yes",
         "RestrictSUIDSGID": "yes",
+        "PrivateMounts": "yes",
+        "ProtectProc": "invisible",
     }.items():
         assert one(unit, "Service", key) == value, key
     assert one(unit, "Service", "CapabilityBoundingSet").split() == ["CAP_CHOWN"]
@@ -104,7 +107,13 @@ def test_hardening_leaves_the_plugin_its_paths(unit: dict[str, dict[str, list[st
     assert one(unit, "Service", "StateDirectoryMode") == "0700"
 
 
-def test_systemd_analyze_verify(tmp_path: Path) -> None:
+MAX_EXPOSURE = 2.5
+"""``systemd-analyze security`` exposure (0 = fully locked down, 10 = none); the unit scores 2.1."""
+
+
+@pytest.fixture
+def analyzable_unit(tmp_path: Path) -> tuple[str, Path]:
+    """systemd-analyze and a copy of the unit whose ExecStart binary exists here."""
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         if os.environ.get("NRI_PLRM_REQUIRE_SYSTEMD") == "1":
@@ -117,8 +126,27 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     units.mkdir()
     copy = units / "nri-plrm.service"
     copy.write_text(UNIT.read_text().replace("/usr/bin/nri-plrm", str(stub)))
+    return analyze, copy
+
+
+def test_systemd_analyze_verify(analyzable_unit: tuple[str, Path]) -> None:
+    analyze, copy = analyzable_unit
     result = subprocess.run(
         [analyze, "verify", str(copy)], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
     assert "nri-plrm.service" not in result.stderr, result.stderr
+
+
+def test_systemd_analyze_security_exposure(analyzable_unit: tuple[str, Path]) -> None:
+    analyze, copy = analyzable_unit
+    result = subprocess.run(
+        [analyze, "security", "--offline=yes", "--no-pager", str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    match = re.search(r"Overall exposure level for nri-plrm.service: ([0-9.]+)", result.stdout)
+    assert match, result.stdout + result.stderr
+    assert float(match.group(1)) <= MAX_EXPOSURE, result.stdout
