@@ -116,5 +116,5 @@ left="$(cd "$root" && find . -mindepth 1 -not -path './var' -not -path './var/li
 
 log "packaging tests (DaemonSet, Helm chart, Containerfile, unit, sdnotify)"
 python -c 'import helm_python' 2>/dev/null || python -m pip install -q 'helm-python-sdk>=0.2.2,<0.3'
-NRI_PLRM_REQUIRE_HELM=1 NRI_PLRM_REQUIRE_SYSTEMD=1 python -m pytest -q tests/packaging
+NRI_PLRM_REQUIRE_HELM=1 NRI_PLRM_REQUIRE_SYSTEMD=1 python -m pytest tests/packaging
 log "ok"
