@@ -8,7 +8,8 @@ virtualenv's Python, which has the repository's test helpers (the runtime-side N
 What it proves, in the order an operator meets it (docs/install.md):
 1. the unit's ExecStart, expanded with /etc/default/nri-plrm, starts the installed plugin with
    the installed default configuration (only host paths moved into a scratch directory);
-2. the plugin registers with an NRI runtime and tells systemd ``READY=1`` on ``NOTIFY_SOCKET``;
+2. the plugin registers with an NRI runtime, tells systemd ``READY=1`` on ``NOTIFY_SOCKET`` and
+   feeds the watchdog (``WATCHDOG=1``) within the unit's ``WatchdogSec``;
 3. ``/healthz`` answers 200; the seed pod ``pod-scope-mixed`` from the installed examples is
    pinned as documented (main-app: 2 exclusive CPUs, quota -1; sidecars: the other 2);
 4. ``nri-plrm state --config FILE`` (checkpoint) and ``--socket`` (PodResources) show it;
@@ -103,6 +104,14 @@ def exec_start(unit: Path, config: Path) -> list[str]:
     return argv
 
 
+def unit_watchdog_usec(unit: Path) -> str:
+    """``WATCHDOG_USEC`` as systemd sets it from the unit's ``WatchdogSec=`` (in seconds)."""
+    for line in unit.read_text().splitlines():
+        if line.startswith("WatchdogSec="):
+            return str(int(line.removeprefix("WatchdogSec=").removesuffix("s")) * 1_000_000)
+    raise SystemExit(f"{unit}: no WatchdogSec=")
+
+
 def cli(*args: str) -> str:
     result = subprocess.run(
         [INSTALLED, *args], env=ENV, capture_output=True, text=True, timeout=60, check=False
@@ -143,13 +152,17 @@ async def live(tmp: Path, unit: Path) -> None:
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(tmp / "notify.sock"))
     notify.setblocking(False)
+    watchdog_usec = unit_watchdog_usec(unit)
     proc = await asyncio.create_subprocess_exec(
-        *argv, env={**ENV, "NOTIFY_SOCKET": str(tmp / "notify.sock")}
+        *argv,
+        env={**ENV, "NOTIFY_SOCKET": str(tmp / "notify.sock"), "WATCHDOG_USEC": watchdog_usec},
     )
     try:
         await sim.wait_registered(timeout=30)
         ready = await notification(notify, "READY", 30)
         step(f"READY=1 received (STATUS={ready.get('STATUS', '')!r})")
+        await notification(notify, "WATCHDOG", int(watchdog_usec) / 1_000_000)
+        step(f"WATCHDOG=1 received within WatchdogSec ({int(watchdog_usec) // 1_000_000} s)")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             if r.status != 200:
                 raise SystemExit(f"/healthz answered {r.status}")

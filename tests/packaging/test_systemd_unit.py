@@ -69,6 +69,7 @@ def test_notify_restart_and_config_from_environment(
     assert one(unit, "Service", "RestartSec").rstrip("s") != "0"
     assert one(unit, "Unit", "StartLimitIntervalSec") == "0"
     assert one(unit, "Service", "RestartPreventExitStatus") == "2"
+    assert one(unit, "Service", "WatchdogSec") == "30s"
     assert one(unit, "Service", "EnvironmentFile") == "-/etc/default/nri-plrm"
     assert (
         one(unit, "Service", "ExecStart")
