@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -141,11 +142,18 @@ class DecisionJournal:
         the intact records in order, and why the file was moved aside (None when intact)."""
         dfd = open_dir(self.directory, 0o700)
         try:
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             try:
-                fd = os.open(JOURNAL_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                fd = os.open(JOURNAL_FILE, flags, dir_fd=dfd)
             except FileNotFoundError:
                 return None, [], None
+            except OSError as exc:
+                moved = self._quarantine(dfd)
+                return None, [], f"journal {self.path}: cannot open it ({exc}); kept as {moved}"
             with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    moved = self._quarantine(dfd)
+                    return None, [], f"journal {self.path}: not a regular file; kept as {moved}"
                 data = f.read()
             lines = data.split(b"\n")[:-1]
             generation: int | None = None
