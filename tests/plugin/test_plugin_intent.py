@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from plrm_nri_builders import container, linux_resources, quota, sandbox, shares
 
 from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.intent import (
@@ -17,6 +16,10 @@ from nri_plrm.intent import (
     hugepage_resource,
     pod_intent,
 )
+from nri_plrm.kubelet_translation import milli_cpu_to_quota as quota
+from nri_plrm.kubelet_translation import milli_cpu_to_shares as shares
+from nri_plrm.kubelet_translation import nri_container as container
+from nri_plrm.kubelet_translation import nri_pod_sandbox as sandbox
 from nri_plrm.proto import nri_api_pb2 as api
 
 GI = 1 << 30
@@ -132,7 +135,12 @@ def test_hugepages() -> None:
     for bad in ("", "2Mi", "0MB", "MB", "2 MB"):
         with pytest.raises(IntentError, match="page_size"):
             hugepage_resource(bad)
-    res = linux_resources(2000, 2000, GI, {"hugepages-2Mi": 4 << 20})
+    res = api.LinuxResources()
+    res.cpu.shares.value = 2048
+    res.cpu.quota.value = 200_000
+    res.cpu.period.value = 100_000
+    res.memory.limit.value = GI
+    res.hugepage_limits.append(api.HugepageLimit(page_size="2MB", limit=4 << 20))
     res.hugepage_limits.append(api.HugepageLimit(page_size="1GB", limit=0))
     values = ResourceValues.from_nri(res)
     assert values.hugepage_limits == {"hugepages-2Mi": 4 << 20}
@@ -142,8 +150,8 @@ def test_hugepages() -> None:
 
 @given(st.integers(min_value=3, max_value=1_000_000))
 def test_cpu_request_inverts_the_kubelet_shares(millis: int) -> None:
-    values = ResourceValues(cpu_shares=min(shares(millis), 262144))
-    if shares(millis) <= 262144:
+    values = ResourceValues(cpu_shares=shares(millis))
+    if millis * 1024 // 1000 <= 262144:
         assert values.cpu_request_millis == millis
 
 
