@@ -64,7 +64,7 @@ def test_pod_scope_mixed_budget_and_containers() -> None:
     assert main.limits == {"cpu": 2000, "memory": 2 * GI}
 
 
-def test_capture_values_match_the_builder() -> None:
+def test_capture_values_match_the_translation() -> None:
     """The recorded seed-pods CRI values (README of nri-capture): 4096 / 400000 / 100000 / 4Gi."""
     msg = sandbox(POD_SCOPE_MIXED)
     cpu = msg.linux.pod_resources.cpu
