@@ -17,18 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
-import stat
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
-from nri_plrm.checkpoint.atomic import open_dir, write_at
+from nri_plrm.checkpoint.journal import DecisionJournal, JournalError
 from nri_plrm.checkpoint.kubelet import (
     cpu_state_from_manager,
     memory_state_from_manager,
@@ -66,7 +61,6 @@ from nri_plrm.proto import nri_api_pb2 as api
 
 CHECKPOINT_LAYOUT = 1
 """Version of the plugin's part of the checkpoint ``data`` (the store versions the file)."""
-JOURNAL_FILE = "journal.jsonl"
 COMPACT_RECORDS = 1000
 """Journal records after which the journal is folded into a full checkpoint."""
 COMPACT_BYTES = 4 << 20
@@ -92,151 +86,6 @@ Op = dict[str, Any]
 
 UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
 """Sends an unsolicited ``UpdateContainers`` (the stub's ``update_containers``)."""
-
-
-class JournalError(Exception):
-    """The decision journal cannot be written (names the path and the cause)."""
-
-
-class DecisionJournal:
-    """Append-only, checksummed log of the decisions made since the last full checkpoint.
-
-    One line per record: ``<crc32 hex> <canonical JSON>``. The first record is a header
-    ``{"generation": g}`` naming the checkpoint generation the records apply to. A torn last
-    line (crash mid-write, never acknowledged) is ignored; a bad line before it means the file
-    was damaged: it is moved aside as ``journal.jsonl.corrupt-<n>`` and reported. Files are
-    opened relative to the state directory without following symlinks (mode 0600).
-    """
-
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.directory = Path(directory)
-        self.path = self.directory / JOURNAL_FILE
-        self.size = 0
-        self.count = 0
-        self.broken: str | None = None
-        """Why appends are refused until the next :meth:`reset`: after a failed write the file
-        may end in a partial line, so the plugin writes a full checkpoint and starts afresh."""
-        self._fd: int | None = None
-
-    @staticmethod
-    def encode(record: Mapping[str, Any]) -> bytes:
-        """The line for ``record``."""
-        body = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
-        return b"%08x %s\n" % (zlib.crc32(body), body)
-
-    @staticmethod
-    def decode(line: bytes) -> dict[str, Any]:
-        """The record of one line (without its newline); ValueError names what is wrong."""
-        crc, sep, body = line.partition(b" ")
-        if not sep or len(crc) != 8:
-            raise ValueError("not '<crc32> <json>'")
-        if int(crc, 16) != zlib.crc32(body):
-            raise ValueError("checksum mismatch")
-        record = json.loads(body)
-        if not isinstance(record, dict):
-            raise ValueError("record is not a JSON object")
-        return record
-
-    def read(self) -> tuple[int | None, list[Op], str | None]:
-        """(generation, records, problem): the header's generation (None without a journal),
-        the intact records in order, and why the file was moved aside (None when intact)."""
-        dfd = open_dir(self.directory, 0o700)
-        try:
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            try:
-                fd = os.open(JOURNAL_FILE, flags, dir_fd=dfd)
-            except FileNotFoundError:
-                return None, [], None
-            except OSError as exc:
-                moved = self._quarantine(dfd)
-                return None, [], f"journal {self.path}: cannot open it ({exc}); kept as {moved}"
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    moved = self._quarantine(dfd)
-                    return None, [], f"journal {self.path}: not a regular file; kept as {moved}"
-                data = f.read()
-            lines = data.split(b"\n")[:-1]
-            generation: int | None = None
-            records: list[Op] = []
-            for number, line in enumerate(lines, 1):
-                try:
-                    record = self.decode(line)
-                    if number == 1:
-                        generation = int(record["generation"])
-                        continue
-                except (ValueError, KeyError, TypeError) as exc:
-                    moved = self._quarantine(dfd)
-                    return (
-                        generation,
-                        records,
-                        f"journal {self.path} line {number}: {exc}; kept as {moved}",
-                    )
-                records.append(record)
-            return generation, records, None
-        finally:
-            os.close(dfd)
-
-    def _quarantine(self, dfd: int) -> Path:
-        n = 1
-        while True:
-            name = f"{JOURNAL_FILE}.corrupt-{n}"
-            try:
-                os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            except FileNotFoundError:
-                os.rename(JOURNAL_FILE, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                os.fsync(dfd)
-                return self.directory / name
-            n += 1
-
-    def reset(self, generation: int) -> None:
-        """Replace the journal with an empty one for checkpoint ``generation`` (atomically)."""
-        self.close()
-        header = self.encode({"generation": generation})
-        try:
-            dfd = open_dir(self.directory, 0o700)
-            try:
-                write_at(dfd, JOURNAL_FILE, header, 0o600)
-                flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-                self._fd = os.open(JOURNAL_FILE, flags, dir_fd=dfd)
-            finally:
-                os.close(dfd)
-        except OSError as exc:
-            self.broken = f"reset failed: {exc}"
-            raise JournalError(f"journal {self.path}: {self.broken}") from exc
-        self.size = len(header)
-        self.count = 0
-        self.broken = None
-
-    def append(self, record: Mapping[str, Any]) -> int:
-        """Append ``record`` durably (write + fdatasync); returns the bytes written."""
-        if self._fd is None or self.broken is not None:
-            why = self.broken or "not open"
-            raise JournalError(f"journal {self.path}: {why}")
-        line = self.encode(record)
-        try:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(self._fd, view) :]
-            os.fdatasync(self._fd)
-        except OSError as exc:
-            self.broken = f"write failed ({exc})"
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, self.size)
-            raise JournalError(f"journal {self.path}: write failed: {exc}") from exc
-        self.size += len(line)
-        self.count += 1
-        return len(line)
-
-    @property
-    def is_open(self) -> bool:
-        """True once :meth:`reset` opened the file for appending."""
-        return self._fd is not None
-
-    def close(self) -> None:
-        """Close the file (appends fail until the next :meth:`reset`)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 @dataclass

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nri_plrm.checkpoint.journal import JOURNAL_FILE, DecisionJournal
 from nri_plrm.checkpoint.kubelet import decode_cpu_manager_state, decode_memory_manager_state
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
@@ -22,7 +23,7 @@ from nri_plrm.intent import intent_from_dict, spec_from_dict
 from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
 from nri_plrm.manifest import load_manifests
 from nri_plrm.nri.stub import NRIError
-from nri_plrm.plugin import JOURNAL_FILE, DecisionJournal, Plugin
+from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
