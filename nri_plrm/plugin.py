@@ -268,17 +268,23 @@ class Plugin:
         if damaged is not None:
             self._unusable("journal", damaged)
             problem = problem or damaged
-        if generation is not None and problem is None:
-            if generation == self._generation and (self._base is not None or generation == 0):
-                self._replay_all(records)
-            else:
-                self.log.warning(
-                    "journal %s is for checkpoint generation %d, the checkpoint is %d: ignored",
-                    self.journal.path,
-                    generation,
-                    self._generation,
-                )
+        if problem is None:
+            self.apply_journal(generation, records)
         return problem
+
+    def apply_journal(self, generation: int | None, records: list[Op]) -> None:
+        """Replay journal ``records`` over the loaded checkpoint when the journal belongs to
+        its generation (a journal of another generation is stale and ignored)."""
+        if generation is None:
+            return
+        if generation == self._generation and (self._base is not None or generation == 0):
+            self._replay_all(records)
+        else:
+            self.log.warning(
+                "journal for checkpoint generation %d, the checkpoint is %d: ignored",
+                generation,
+                self._generation,
+            )
 
     def _load_checkpoint(self) -> str | None:
         assert self.store is not None

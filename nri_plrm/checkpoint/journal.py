@@ -66,9 +66,12 @@ class DecisionJournal:
             raise ValueError("record is not a JSON object")
         return record
 
-    def read(self) -> tuple[int | None, list[Record], str | None]:
+    def read(self, *, quarantine: bool = True) -> tuple[int | None, list[Record], str | None]:
         """(generation, records, problem): the header's generation (None without a journal),
-        the intact records in order, and why the file was moved aside (None when intact)."""
+        the intact records in order, and what is wrong with the file (None when intact).
+
+        A damaged file is moved aside unless ``quarantine`` is False (read-only inspection,
+        ``nri-plrm state``), in which case it is left where it is."""
         dfd = open_dir(self.directory, 0o700)
         try:
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -77,12 +80,12 @@ class DecisionJournal:
             except FileNotFoundError:
                 return None, [], None
             except OSError as exc:
-                moved = self._quarantine(dfd)
-                return None, [], f"journal {self.path}: cannot open it ({exc}); kept as {moved}"
+                kept = self._set_aside(dfd, quarantine)
+                return None, [], f"journal {self.path}: cannot open it ({exc}); {kept}"
             with os.fdopen(fd, "rb") as f:
                 if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    moved = self._quarantine(dfd)
-                    return None, [], f"journal {self.path}: not a regular file; kept as {moved}"
+                    kept = self._set_aside(dfd, quarantine)
+                    return None, [], f"journal {self.path}: not a regular file; {kept}"
                 data = f.read()
             lines = data.split(b"\n")[:-1]
             generation: int | None = None
@@ -94,16 +97,17 @@ class DecisionJournal:
                         generation = int(record["generation"])
                         continue
                 except (ValueError, KeyError, TypeError) as exc:
-                    moved = self._quarantine(dfd)
-                    return (
-                        generation,
-                        records,
-                        f"journal {self.path} line {number}: {exc}; kept as {moved}",
-                    )
+                    kept = self._set_aside(dfd, quarantine)
+                    return generation, records, f"journal {self.path} line {number}: {exc}; {kept}"
                 records.append(record)
             return generation, records, None
         finally:
             os.close(dfd)
+
+    def _set_aside(self, dfd: int, quarantine: bool) -> str:
+        if not quarantine:
+            return "left in place"
+        return f"kept as {self._quarantine(dfd)}"
 
     def _quarantine(self, dfd: int) -> Path:
         n = 1

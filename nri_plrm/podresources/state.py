@@ -4,7 +4,8 @@ Both sources become the same JSON-able shape: ``{"source", "path", "pods": [...]
 "allocatable": {...}}`` where each pod carries the PodResources fields (pod-level ``cpu_ids`` and
 ``memory``; containers with exclusive ``cpu_ids``, ``memory`` and ``devices``) and, from the
 checkpoint, each container's assignment type and the ``cpus``/``mems`` the plugin writes. The
-checkpoint is read without side effects: nothing is moved aside, locked or rewritten.
+checkpoint and the decision journal after it are read without side effects: nothing is moved
+aside, locked or rewritten.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import stat
 from typing import Any
 
+from nri_plrm.checkpoint.journal import DecisionJournal
 from nri_plrm.checkpoint.store import CURRENT_VERSION, STATE_FILE, data_checksum
 from nri_plrm.config import Config
 from nri_plrm.podresources import report
@@ -84,6 +86,10 @@ def from_checkpoint(directory: str, topology: Topology, config: Config) -> dict[
             f"{os.path.join(directory, STATE_FILE)}: does not fit this machine and "
             f"configuration: {exc}"
         ) from exc
+    generation, records, damaged = DecisionJournal(directory).read(quarantine=False)
+    if damaged is not None:
+        raise StateError(f"{damaged}; the running plugin sets it aside and re-synchronizes")
+    plugin.apply_journal(generation, records)
     return from_view(plugin, "checkpoint", os.path.join(directory, STATE_FILE))
 
 
