@@ -1,5 +1,6 @@
-"""The daemon SIGKILLed at a random moment of a churn, once per seed (50 seeds), restarted, and
-the node checked after every restart (issue 7, fault 1).
+"""The daemon SIGKILLed at a random moment of a churn, once per seed (50 seeds), restarted (for
+a third of the seeds killed again while starting up), and the node checked after every restart
+(issue 7, fault 1).
 
 The daemon is the real entry point (``nri_plrm.daemon.main``) forked from a preloaded
 forkserver (``fault_daemon``), so a restart costs a fork, topology discovery, checkpoint
@@ -30,8 +31,8 @@ from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.ttrpc.messages import TtrpcError
 
 SEEDS = tuple(range(7001, 7051))
-"""One SIGKILL per seed; the seed fixes the churn, the kill moment and the changes made while
-the plugin is away. A failure names its seed."""
+"""One SIGKILL per seed; the seed fixes the churn, the delay before the kill, a second kill
+during start-up and the changes made while the plugin is away. A failure names its seed."""
 MAX_LIVE = 8
 GI = 1 << 30
 
@@ -112,10 +113,18 @@ async def one_kill(
     return before
 
 
-async def restart(sim: NRISimulator, rt: FakeRuntime, proc: ForkedDaemon) -> None:
+async def restart(seed: int, sim: NRISimulator, rt: FakeRuntime, proc: ForkedDaemon) -> None:
+    """Start the plugin again; for about a third of the seeds, kill it once more while it is
+    starting (discovery, restore, registration or the Synchronize) and start it again."""
+    rng = random.Random(seed * 7919)
     sim.pods, sim.containers = rt.sync_lists()
     old = sim.session
     proc.start()
+    if rng.random() < 0.35:
+        await asyncio.sleep(rng.uniform(0.0, 0.15))
+        await proc.kill()
+        old = sim.session
+        proc.start()
     while sim.session is old:
         await asyncio.sleep(0.005)
     session = await sim.wait_registered(timeout=30)
@@ -139,7 +148,7 @@ def test_sigkill_at_random_points_of_a_churn_50_seeds(tmp_path: Path) -> None:
                 sent = len(sim.records)
                 before = await one_kill(seed, sim, rt, proc, live)
                 interrupted += any(r.error is not None for r in sim.records[sent:])
-                await restart(sim, rt, proc)
+                await restart(seed, sim, rt, proc)
                 uids = {p.uid for p in rt.pods.values()}
                 problems = check(checkpointed_engine(tmp_path), rt, uids, before)
                 assert problems == [], f"seed {seed} (of {SEEDS}):\n" + "\n".join(problems)
