@@ -96,7 +96,7 @@ class HotplugMonitor:
 
     ``pods`` returns the live assignments (``Plugin.pods``); ``topology`` is the start-up
     topology the engine decides on; ``sysfs_root`` is rediscovered on every CPU event (in a
-    worker thread). Metrics go to ``registry`` when given.
+    worker thread). :meth:`register` exports the metrics.
     """
 
     def __init__(
@@ -104,7 +104,6 @@ class HotplugMonitor:
         pods: Callable[[], Sequence[PodView]],
         topology: Topology,
         sysfs_root: str,
-        registry: CollectorRegistry | None = None,
     ) -> None:
         self._pods = pods
         self.known = topology.all_cpus
@@ -112,33 +111,35 @@ class HotplugMonitor:
         self.online = self.known
         self._reported: dict[tuple[str, str], CPUSet] = {}
         self._events: Counter | None = None
-        if registry is not None:
-            self._events = Counter(
-                "nri_plrm_cpu_hotplug_events",
-                "CPU hotplug events received from the kernel, by action (lost: events may have "
-                "been dropped, the machine was rediscovered).",
-                ["action"],
-                registry=registry,
-            )
-            for name, text, measure in (
-                (
-                    "nri_plrm_cpus_offline",
-                    "CPUs of the start-up topology that are offline now.",
-                    self._cpus_offline,
-                ),
-                (
-                    "nri_plrm_exclusive_cpus_offline",
-                    "Exclusively assigned CPUs that are offline now (their containers run on the "
-                    "rest of their slice).",
-                    self._exclusive_offline,
-                ),
-                (
-                    "nri_plrm_exclusive_containers_degraded",
-                    "Exclusive containers with at least one offline CPU in their slice.",
-                    self._degraded,
-                ),
-            ):
-                Gauge(name, text, registry=registry).set_function(measure)
+
+    def register(self, registry: CollectorRegistry) -> None:
+        """Export the module's metrics on ``registry`` (once hotplug events can be received)."""
+        self._events = Counter(
+            "nri_plrm_cpu_hotplug_events",
+            "CPU hotplug events received from the kernel, by action (lost: events may have "
+            "been dropped, the machine was rediscovered).",
+            ["action"],
+            registry=registry,
+        )
+        for name, text, measure in (
+            (
+                "nri_plrm_cpus_offline",
+                "CPUs of the start-up topology that are offline now.",
+                self._cpus_offline,
+            ),
+            (
+                "nri_plrm_exclusive_cpus_offline",
+                "Exclusively assigned CPUs that are offline now (their containers run on the "
+                "rest of their slice).",
+                self._exclusive_offline,
+            ),
+            (
+                "nri_plrm_exclusive_containers_degraded",
+                "Exclusive containers with at least one offline CPU in their slice.",
+                self._degraded,
+            ),
+        ):
+            Gauge(name, text, registry=registry).set_function(measure)
 
     def _cpus_offline(self) -> float:
         return float(len(self.known - self.online))

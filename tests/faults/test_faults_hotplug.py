@@ -81,7 +81,8 @@ def test_cpu_offline_under_an_exclusive_slice(
     write_sysfs(MACHINE, str(root))
     plugin = populated()
     registry = CollectorRegistry()
-    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root), registry)
+    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root))
+    monitor.register(registry)
     decided = plugin.engine.assignments()
     main = plugin.engine.assignment("hp-1", "main")
     assert main is not None and main.exclusive
@@ -128,7 +129,8 @@ def test_offline_cpu_outside_exclusive_slices_and_lost_events(tmp_path: Path) ->
     write_sysfs(MACHINE, str(root))
     plugin = populated()
     registry = CollectorRegistry()
-    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root), registry)
+    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root))
+    monitor.register(registry)
     exclusive = CPUSet().union(
         *(a.cpus for a in plugin.engine.assignments().values() if a.exclusive)
     )
