@@ -104,7 +104,8 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     try:
         topology = discover(config.topology.sysfs_root)
         validate_for_topology(config, topology)
-        check_kubelet_cpu_manager(config.state.kubelet_cpu_manager_state)
+        if config.state.kubelet_cpu_manager_state:
+            check_kubelet_cpu_manager(config.state.kubelet_cpu_manager_state)
     except ConfigError as exc:
         for line in exc.errors:
             log.error("configuration: %s", line)

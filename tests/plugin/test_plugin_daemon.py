@@ -23,13 +23,19 @@ from nri_plrm.topology.machines import MACHINES
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def config(tmp: Path, *, level: str = "info", policy: str = "single-numa-node") -> str:
+def config(
+    tmp: Path,
+    *,
+    level: str = "info",
+    policy: str = "single-numa-node",
+    kubelet_state: str = "{tmp}/kubelet/cpu_manager_state",
+) -> str:
     return f"""
 [nri]
 socket = "{tmp}/nri.sock"
 [state]
 dir = "{tmp}/state"
-kubelet_cpu_manager_state = "{tmp}/kubelet/cpu_manager_state"
+kubelet_cpu_manager_state = "{kubelet_state.format(tmp=tmp)}"
 [pod_resources]
 enabled = false
 [metrics]
@@ -90,6 +96,27 @@ def test_refuses_to_start_beside_a_static_kubelet(tmp_path: Path) -> None:
     assert "cpu_manager_state" in proc.stderr and "static" in proc.stderr
     assert "cpuManagerPolicy: none" in proc.stderr
     assert not (tmp_path / "state" / "state.json").exists()
+
+
+def test_empty_kubelet_state_path_turns_the_check_off(tmp_path: Path) -> None:
+    write_sysfs(MACHINES["default"], str(tmp_path / "sys"))
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(config(tmp_path, kubelet_state=""))
+    log = tmp_path / "daemon.log"
+
+    async def main() -> None:
+        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
+        proc = daemon(cfg, log)
+        try:
+            await sim.wait_registered(timeout=30)
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            await sim.close()
+
+    asyncio.run(main())
 
 
 def test_bad_config_exits_2_with_every_error(tmp_path: Path) -> None:
