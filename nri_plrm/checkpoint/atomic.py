@@ -42,6 +42,22 @@ def write_at(dfd: int, name: str, payload: bytes, mode: int) -> None:
     os.fsync(dfd)
 
 
+def move_aside(dfd: int, name: str) -> str:
+    """Rename ``name`` inside the open directory ``dfd`` to the first free ``<name>.corrupt-<n>``
+    (n from 1), fsync the directory and return the new name; raises OSError."""
+    n = 1
+    while True:
+        target = f"{name}.corrupt-{n}"
+        try:
+            os.stat(target, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            break
+        n += 1
+    os.rename(name, target, src_dir_fd=dfd, dst_dir_fd=dfd)
+    os.fsync(dfd)
+    return target
+
+
 def write_atomic(directory: str | os.PathLike[str], name: str, payload: bytes, mode: int) -> Path:
     """Atomically replace ``directory/name`` with ``payload`` (file mode ``mode``).
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nri_plrm.checkpoint.atomic import open_dir, write_at
+from nri_plrm.checkpoint.atomic import move_aside, open_dir, write_at
 
 JOURNAL_FILE = "journal.jsonl"
 """File name of the journal inside the state directory."""
@@ -107,19 +107,7 @@ class DecisionJournal:
     def _set_aside(self, dfd: int, quarantine: bool) -> str:
         if not quarantine:
             return "left in place"
-        return f"kept as {self._quarantine(dfd)}"
-
-    def _quarantine(self, dfd: int) -> Path:
-        n = 1
-        while True:
-            name = f"{JOURNAL_FILE}.corrupt-{n}"
-            try:
-                os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            except FileNotFoundError:
-                os.rename(JOURNAL_FILE, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                os.fsync(dfd)
-                return self.directory / name
-            n += 1
+        return f"kept as {self.directory / move_aside(dfd, JOURNAL_FILE)}"
 
     def reset(self, generation: int) -> None:
         """Replace the journal with an empty one for checkpoint ``generation`` (atomically)."""

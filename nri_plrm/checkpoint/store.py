@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_plrm.checkpoint.atomic import open_dir, write_at
+from nri_plrm.checkpoint.atomic import move_aside, open_dir, write_at
 
 CURRENT_VERSION = 1
 """The layout version this plugin writes."""
@@ -357,20 +357,11 @@ class CheckpointStore:
         return current
 
     def _quarantine(self, dfd: int, bad: _Unusable) -> CheckpointProblem:
-        n = 1
-        while True:
-            target = f"{self.filename}.corrupt-{n}"
-            try:
-                os.stat(target, dir_fd=dfd, follow_symlinks=False)
-            except FileNotFoundError:
-                break
-            n += 1
         try:
-            os.rename(self.filename, target, src_dir_fd=dfd, dst_dir_fd=dfd)
-            os.fsync(dfd)
+            target = move_aside(dfd, self.filename)
         except OSError as exc:
             return CheckpointProblem(
-                bad.kind, f"{bad.message}; moving it aside to {target} failed: {exc}", None
+                bad.kind, f"{bad.message}; moving it aside failed: {exc}", None
             )
         return CheckpointProblem(bad.kind, bad.message, self.directory / target)
 
