@@ -15,11 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nri_plrm.engine.spec_json import container_from_dict as container_from_dict
+from nri_plrm.engine.spec_json import container_to_dict as container_to_dict
+from nri_plrm.engine.spec_json import spec_from_dict as spec_from_dict
+from nri_plrm.engine.spec_json import spec_to_dict as spec_to_dict
 from nri_plrm.engine.types import (
     CPU,
     HUGEPAGES_PREFIX,
     MEMORY,
-    ContainerKind,
     ContainerSpec,
     PodSpec,
 )
@@ -262,56 +265,6 @@ def container_spec(intent: PodIntent, container: api.Container) -> ContainerSpec
         return ContainerSpec(name=container.name)
     requests, limits = values.requests_and_limits()
     return ContainerSpec(name=container.name, requests=requests, limits=limits)
-
-
-def container_to_dict(c: ContainerSpec) -> dict[str, Any]:
-    """A JSON-able form of a ``ContainerSpec`` (for the checkpoint)."""
-    return {
-        "name": c.name,
-        "kind": c.kind.value,
-        "requests": dict(c.requests),
-        "limits": dict(c.limits),
-    }
-
-
-def container_from_dict(d: Mapping[str, Any]) -> ContainerSpec:
-    """The inverse of :func:`container_to_dict`; unknown keys are ignored."""
-    return ContainerSpec(
-        name=str(d["name"]),
-        kind=ContainerKind(d.get("kind", ContainerKind.APP.value)),
-        requests={str(k): int(v) for k, v in d.get("requests", {}).items()},
-        limits={str(k): int(v) for k, v in d.get("limits", {}).items()},
-    )
-
-
-def spec_to_dict(spec: PodSpec) -> dict[str, Any]:
-    """A JSON-able form of a ``PodSpec`` (for the checkpoint)."""
-    return {
-        "uid": spec.uid,
-        "namespace": spec.namespace,
-        "name": spec.name,
-        "init_containers": [container_to_dict(c) for c in spec.init_containers],
-        "containers": [container_to_dict(c) for c in spec.containers],
-        "requests": None if spec.requests is None else dict(spec.requests),
-        "limits": None if spec.limits is None else dict(spec.limits),
-    }
-
-
-def spec_from_dict(d: Mapping[str, Any]) -> PodSpec:
-    """The inverse of :func:`spec_to_dict`; unknown keys are ignored."""
-
-    def resources(value: Any) -> dict[str, int] | None:
-        return None if value is None else {str(k): int(v) for k, v in value.items()}
-
-    return PodSpec(
-        uid=str(d["uid"]),
-        namespace=str(d.get("namespace", "default")),
-        name=str(d.get("name", "")),
-        init_containers=tuple(container_from_dict(c) for c in d.get("init_containers", ())),
-        containers=tuple(container_from_dict(c) for c in d.get("containers", ())),
-        requests=resources(d.get("requests")),
-        limits=resources(d.get("limits")),
-    )
 
 
 def intent_to_dict(intent: PodIntent) -> dict[str, Any]:

@@ -56,6 +56,12 @@ from typing import Any
 from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
 from nri_plrm.engine.memory_manager import MemoryManager, MemoryManagerConfig
+from nri_plrm.engine.spec_json import (
+    container_from_dict,
+    container_to_dict,
+    spec_from_dict,
+    spec_to_dict,
+)
 from nri_plrm.engine.topology_manager import (
     POLICY_NONE,
     SCOPE_POD,
@@ -93,6 +99,9 @@ Changes = dict[tuple[str, str], ContainerAssignment]
 MODE_WHOLE = "whole"
 MODE_POD_LEVEL = "pod-level"
 MODE_CLASSIC = "classic"
+
+_INIT_KEY = "initContainers"
+"""Key of a pod's init containers in the snapshot (kubelet spelling, unlike the intents')."""
 
 
 class EngineStateError(ValueError):
@@ -195,10 +204,10 @@ class _PodRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "spec": _pod_to_dict(self.spec),
+            "spec": spec_to_dict(self.spec, _INIT_KEY),
             "mode": self.mode,
             "hint": None if self.hint is None else _hint_to_dict(self.hint),
-            "containers": [_container_to_dict(c) for c in self.containers],
+            "containers": [container_to_dict(c) for c in self.containers],
             "stopped": sorted(self.stopped),
             "shared": sorted(self.shared),
         }
@@ -207,10 +216,10 @@ class _PodRecord:
     def from_dict(cls, data: Mapping[str, Any]) -> _PodRecord:
         hint = data.get("hint")
         return cls(
-            spec=_pod_from_dict(data["spec"]),
+            spec=spec_from_dict(data["spec"], _INIT_KEY),
             mode=str(data["mode"]),
             hint=None if hint is None else _hint_from_dict(hint),
-            containers=[_container_from_dict(c) for c in data.get("containers", [])],
+            containers=[container_from_dict(c) for c in data.get("containers", [])],
             stopped={str(n) for n in data.get("stopped", [])},
             shared={str(n) for n in data.get("shared", [])},
         )
@@ -838,48 +847,3 @@ def _hint_from_dict(data: Mapping[str, Any]) -> TopologyHint:
     nodes = data.get("numaAffinity")
     mask = None if nodes is None else sum(1 << int(n) for n in nodes)
     return TopologyHint(mask, bool(data.get("preferred", False)))
-
-
-def _container_to_dict(c: ContainerSpec) -> dict[str, Any]:
-    return {
-        "name": c.name,
-        "kind": c.kind.value,
-        "requests": dict(c.requests),
-        "limits": dict(c.limits),
-    }
-
-
-def _container_from_dict(data: Mapping[str, Any]) -> ContainerSpec:
-    return ContainerSpec(
-        name=str(data["name"]),
-        kind=ContainerKind(data.get("kind", ContainerKind.APP.value)),
-        requests={str(k): int(v) for k, v in dict(data.get("requests", {})).items()},
-        limits={str(k): int(v) for k, v in dict(data.get("limits", {})).items()},
-    )
-
-
-def _pod_to_dict(pod: PodSpec) -> dict[str, Any]:
-    return {
-        "uid": pod.uid,
-        "namespace": pod.namespace,
-        "name": pod.name,
-        "initContainers": [_container_to_dict(c) for c in pod.init_containers],
-        "containers": [_container_to_dict(c) for c in pod.containers],
-        "requests": None if pod.requests is None else dict(pod.requests),
-        "limits": None if pod.limits is None else dict(pod.limits),
-    }
-
-
-def _pod_from_dict(data: Mapping[str, Any]) -> PodSpec:
-    def resources(raw: Any) -> dict[str, int] | None:
-        return None if raw is None else {str(k): int(v) for k, v in dict(raw).items()}
-
-    return PodSpec(
-        uid=str(data["uid"]),
-        namespace=str(data.get("namespace", "default")),
-        name=str(data.get("name", "")),
-        init_containers=tuple(_container_from_dict(c) for c in data.get("initContainers", [])),
-        containers=tuple(_container_from_dict(c) for c in data.get("containers", [])),
-        requests=resources(data.get("requests")),
-        limits=resources(data.get("limits")),
-    )

@@ -1,0 +1,63 @@
+"""JSON-able forms of ``PodSpec`` and ``ContainerSpec``, shared by every state file that stores a
+pod spec (the engine snapshot, the plugin's intents and decision journal). Readers ignore keys
+they do not know."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
+
+INIT_CONTAINERS_KEY = "init_containers"
+"""Default key of a pod's init containers; the engine snapshot uses ``initContainers``."""
+
+
+def container_to_dict(c: ContainerSpec) -> dict[str, Any]:
+    """A JSON-able form of a ``ContainerSpec``."""
+    return {
+        "name": c.name,
+        "kind": c.kind.value,
+        "requests": dict(c.requests),
+        "limits": dict(c.limits),
+    }
+
+
+def container_from_dict(d: Mapping[str, Any]) -> ContainerSpec:
+    """The inverse of :func:`container_to_dict`."""
+    return ContainerSpec(
+        name=str(d["name"]),
+        kind=ContainerKind(d.get("kind", ContainerKind.APP.value)),
+        requests={str(k): int(v) for k, v in d.get("requests", {}).items()},
+        limits={str(k): int(v) for k, v in d.get("limits", {}).items()},
+    )
+
+
+def spec_to_dict(spec: PodSpec, init_key: str = INIT_CONTAINERS_KEY) -> dict[str, Any]:
+    """A JSON-able form of a ``PodSpec``; its init containers under ``init_key``."""
+    return {
+        "uid": spec.uid,
+        "namespace": spec.namespace,
+        "name": spec.name,
+        init_key: [container_to_dict(c) for c in spec.init_containers],
+        "containers": [container_to_dict(c) for c in spec.containers],
+        "requests": None if spec.requests is None else dict(spec.requests),
+        "limits": None if spec.limits is None else dict(spec.limits),
+    }
+
+
+def spec_from_dict(d: Mapping[str, Any], init_key: str = INIT_CONTAINERS_KEY) -> PodSpec:
+    """The inverse of :func:`spec_to_dict` with the same ``init_key``."""
+
+    def resources(value: Any) -> dict[str, int] | None:
+        return None if value is None else {str(k): int(v) for k, v in value.items()}
+
+    return PodSpec(
+        uid=str(d["uid"]),
+        namespace=str(d.get("namespace", "default")),
+        name=str(d.get("name", "")),
+        init_containers=tuple(container_from_dict(c) for c in d.get(init_key, ())),
+        containers=tuple(container_from_dict(c) for c in d.get("containers", ())),
+        requests=resources(d.get("requests")),
+        limits=resources(d.get("limits")),
+    )
