@@ -317,20 +317,15 @@ def encode_cpu_manager_state(state: CPUManagerState, fmt: str = "v4") -> bytes:
     """The bytes of a kubelet ``cpu_manager_state`` file in format ``v2`` or ``v4``."""
     if fmt not in CPU_FORMATS:
         raise ValueError(f"cpu manager checkpoint format {fmt!r}: must be one of {CPU_FORMATS}")
-    doc: dict[str, Any] = {
+    fields: dict[str, Any] = {
         "policyName": state.policy_name,
         "defaultCpuSet": str(state.default_cpuset),
     }
     if state.entries:
-        doc["entries"] = _entries_json(state.entries)
-    doc["checksum"] = cpu_checkpoint_checksum(state)
+        fields["entries"] = _entries_json(state.entries)
+    doc = {**fields, "checksum": cpu_checkpoint_checksum(state)}
     if fmt == "v4":
-        data: dict[str, Any] = {
-            "policyName": state.policy_name,
-            "defaultCpuSet": str(state.default_cpuset),
-        }
-        if state.entries:
-            data["entries"] = _entries_json(state.entries)
+        data = dict(fields)
         if state.pod_entries:
             data["podEntries"] = {
                 pod: ({"cpuSet": str(cpus)} if cpus else {})
@@ -348,20 +343,15 @@ def encode_memory_manager_state(state: MemoryManagerState, fmt: str = "v3") -> b
         raise ValueError(
             f"memory manager checkpoint format {fmt!r}: must be one of {MEMORY_FORMATS}"
         )
-    doc: dict[str, Any] = {
+    fields: dict[str, Any] = {
         "policyName": state.policy_name,
         "machineState": _machine_state_json(state.machine_state),
     }
     if state.entries:
-        doc["entries"] = _memory_entries_json(state.entries)
-    doc["checksum"] = memory_checkpoint_checksum(state)
+        fields["entries"] = _memory_entries_json(state.entries)
+    doc = {**fields, "checksum": memory_checkpoint_checksum(state)}
     if fmt == "v3":
-        data: dict[str, Any] = {
-            "policyName": state.policy_name,
-            "machineState": _machine_state_json(state.machine_state),
-        }
-        if state.entries:
-            data["entries"] = _memory_entries_json(state.entries)
+        data = dict(fields)
         if state.pod_entries:
             data["podEntries"] = {
                 pod: {"memoryBlocks": _blocks_json(blocks)}
