@@ -196,14 +196,12 @@ class CPUManagerCounters:
 
     ``allocations_total`` / ``allocation_errors_total`` are keyed by source (``pod``, ``node``),
     ``container_assignments`` by assignment type (``node_exclusive``, ``pod_exclusive``,
-    ``pod_shared``); the pinning counters are ``cpu_manager_pinning_{requests,errors}_total``.
+    ``pod_shared``).
     """
 
     allocations_total: dict[str, int] = field(default_factory=dict)
     allocation_errors_total: dict[str, int] = field(default_factory=dict)
     container_assignments: dict[str, int] = field(default_factory=dict)
-    pinning_requests_total: int = 0
-    pinning_errors_total: int = 0
 
     def add(self, table: dict[str, int], key: str) -> None:
         """Increment ``table[key]``."""
@@ -501,7 +499,6 @@ class CPUManager:
         n = self.guaranteed_cpus(pod, container)
         if n == 0 or self._gates_skip(pod):
             return
-        self.counters.pinning_requests_total += 1
         try:
             self._enforce_smt_alignment(n)
             existing = self.assignment(pod.uid, container.name)
@@ -515,7 +512,6 @@ class CPUManager:
             except CPUAllocationError as err:
                 raise unexpected(str(err)) from err
         except AdmissionError:
-            self.counters.pinning_errors_total += 1
             self.counters.add(self.counters.allocation_errors_total, SOURCE_NODE)
             raise
         self._entries.setdefault(pod.uid, {})[container.name] = cpus
@@ -548,7 +544,6 @@ class CPUManager:
             partition, consumers, init_slices = self._partition(pod, bubble, existing is None)
         except AdmissionError:
             self._default = saved_default
-            self.counters.pinning_errors_total += 1
             self.counters.add(self.counters.allocation_errors_total, SOURCE_POD)
             raise
         self._pod_entries[pod.uid] = bubble
@@ -579,8 +574,6 @@ class CPUManager:
         for container in pod.init_containers:
             n = self.guaranteed_cpus(pod, container)
             if n > 0:
-                if count:
-                    counters.pinning_requests_total += 1
                 cpus = self._take_or_admission_error(bubble - sidecars, n)
                 if count:
                     counters.add(counters.container_assignments, AssignmentType.POD_EXCLUSIVE.value)
@@ -598,8 +591,6 @@ class CPUManager:
         for container in pod.containers:
             n = self.guaranteed_cpus(pod, container)
             if n > 0:
-                if count:
-                    counters.pinning_requests_total += 1
                 cpus = self._take_or_admission_error(pool, n)
                 if count:
                     counters.add(counters.container_assignments, AssignmentType.POD_EXCLUSIVE.value)
@@ -664,11 +655,9 @@ class CPUManager:
         if existing is not None and len(existing) == n and existing <= pool:
             consumers.add(name)
             return existing
-        self.counters.pinning_requests_total += 1
         try:
             cpus = self._take_or_admission_error(pool, n)
         except AdmissionError:
-            self.counters.pinning_errors_total += 1
             self.counters.add(self.counters.allocation_errors_total, SOURCE_POD)
             raise
         entries[name] = cpus
