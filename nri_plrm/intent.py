@@ -26,14 +26,8 @@ from nri_plrm.engine.types import (
     ContainerSpec,
     PodSpec,
 )
+from nri_plrm.kubelet_translation import DEFAULT_CPU_PERIOD, MIN_SHARES, SHARES_PER_CPU
 from nri_plrm.proto import nri_api_pb2 as api
-
-SHARES_PER_CPU = 1024
-"""The kubelet's ``SharesPerCPU``: ``shares = millicores * 1024 / 1000``."""
-MIN_SHARES = 2
-"""The kubelet's ``MinShares``: what a container without a CPU request gets."""
-DEFAULT_PERIOD = 100_000
-"""The kubelet's default CFS period in microseconds."""
 
 _PAGE_SIZE = re.compile(r"^([0-9]+)([KMGTP]?)B$")
 
@@ -249,7 +243,7 @@ def container_resources(container: api.Container) -> ResourceValues:
     values = ResourceValues.from_nri(container.linux.resources)
     n, rest = divmod(values.cpu_shares, SHARES_PER_CPU)
     if values.cpu_quota == -1 and n >= 1 and not rest:
-        period = values.cpu_period or DEFAULT_PERIOD
+        period = values.cpu_period or DEFAULT_CPU_PERIOD
         return dataclasses.replace(values, cpu_quota=n * period, cpu_period=period)
     return values
 

@@ -46,8 +46,10 @@ from nri_plrm.quantity import memory_bytes
 DEFAULT_CPU_PERIOD = 100_000
 """The kubelet's ``quotaPeriod`` in microseconds."""
 MIN_SHARES = 2
+"""The kubelet's ``MinShares``: what a container without a CPU request gets."""
 MAX_SHARES = 262_144
 SHARES_PER_CPU = 1024
+"""The kubelet's ``SharesPerCPU``: ``shares = millicores * 1024 / 1000``."""
 MIN_QUOTA_PERIOD = 1_000
 
 QOS_GUARANTEED = "Guaranteed"
