@@ -13,42 +13,18 @@ import signal
 import sys
 from pathlib import Path
 
+from fault_daemon import checkpointed_engine, prepare
 from nrisim import NRISimulator
 from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config import parse_config
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.engine import Engine
 from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
-from nri_plrm.plugin import Plugin
-from nri_plrm.topology.fakesysfs import write_sysfs
-from nri_plrm.topology.machines import MACHINES
 
 GI = 1 << 30
 PODS = 200
 KILLS = 6
 MAX_LIVE = 10
-
-
-def config_text(tmp: Path) -> str:
-    return f"""
-[nri]
-socket = "{tmp}/nri.sock"
-[state]
-dir = "{tmp}/state"
-kubelet_cpu_manager_state = "{tmp}/kubelet/cpu_manager_state"
-[pod_resources]
-enabled = false
-[metrics]
-address = ""
-[topology]
-sysfs_root = "{tmp}/sys"
-[topology_manager]
-policy = "single-numa-node"
-scope = "pod"
-"""
 
 
 def guaranteed(
@@ -130,20 +106,8 @@ class Daemon:
         return await asyncio.wait_for(self.proc.wait(), 10)
 
 
-def engine_from_checkpoint(tmp: Path) -> Engine:
-    """The engine as the daemon's durable state (checkpoint + journal) has it."""
-    cfg = parse_config(config_text(tmp))
-    reader = Plugin(
-        Engine(MACHINES["default"], cfg.engine_config()), store=CheckpointStore(tmp / "state")
-    )
-    assert reader.load() is None
-    return reader.engine
-
-
 def test_sigkill_churn_of_200_pods(tmp_path: Path) -> None:
-    write_sysfs(MACHINES["default"], str(tmp_path / "sys"))
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(config_text(tmp_path))
+    cfg = prepare(tmp_path)
     rng = random.Random(20261129)
     kill_at = set(rng.sample(range(10, PODS - 5), KILLS))
 
@@ -160,7 +124,7 @@ def test_sigkill_churn_of_200_pods(tmp_path: Path) -> None:
 
     async def verify(rt: FakeRuntime, before: dict[str, CPUSet] | None) -> None:
         uids = {p.uid for p in rt.pods.values()}
-        problems = check(engine_from_checkpoint(tmp_path), rt, uids, before)
+        problems = check(checkpointed_engine(tmp_path), rt, uids, before)
         assert problems == [], "\n".join(problems)
 
     async def main() -> None:
