@@ -47,6 +47,7 @@ from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.quantity import format_bytes
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.synthetic import describe
 
@@ -156,7 +157,7 @@ class SimulationResult:
                 notes.append(f"{label}: {p.reason}: {p.message}")
             if p.cpu_ids:
                 memory = ", ".join(
-                    f"{t} {_size(size)} on NUMA {','.join(map(str, numa))}"
+                    f"{t} {format_bytes(size)} on NUMA {','.join(map(str, numa))}"
                     for t, size, numa in p.memory
                 )
                 notes.append(
@@ -175,13 +176,6 @@ class SimulationResult:
         lines.extend(notes)
         lines.append(f"node shared pool: {self.shared_pool}")
         return "\n".join(lines) + "\n"
-
-
-def _size(n: int) -> str:
-    for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if n and n % unit == 0:
-            return f"{n // unit}{suffix}"
-    return str(n)
 
 
 @dataclass
