@@ -1,4 +1,5 @@
-"""A token bucket like the kubelet's PodResources limiter (100 requests/s, burst 10)."""
+"""A token bucket: the kubelet's PodResources limiter (100 requests/s, burst 10 by default); it
+also paces the plugin's Kubernetes Events."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ class TokenBucket:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if qps <= 0 or burst < 1:
-            raise ValueError(f"token bucket qps={qps} burst={burst}: need qps > 0 and burst >= 1")
+            raise ValueError(
+                f"token bucket qps={qps} burst={burst}: rate must be > 0 and burst >= 1"
+            )
         self._qps = qps
         self._burst = float(burst)
         self._clock = clock

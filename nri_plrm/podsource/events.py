@@ -22,6 +22,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event
 
 from nri_plrm.metrics import Metrics
+from nri_plrm.podresources.ratelimit import TokenBucket
 
 COMPONENT = "nri-plrm"
 """``source.component`` and ``reportingComponent`` of every Event."""
@@ -39,33 +40,6 @@ class PodEvent:
     reason: str
     message: str
     type: str = "Warning"
-
-
-class TokenBucket:
-    """``burst`` tokens, refilled at ``rate`` per second; ``take`` spends one if there is one."""
-
-    def __init__(
-        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError(
-                f"token bucket rate={rate} burst={burst}: rate must be > 0 and burst >= 1"
-            )
-        self.rate = rate
-        self.burst = burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._last = clock()
-
-    def take(self) -> bool:
-        """True (one token spent) when a token is available now."""
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
-        self._last = now
-        if self._tokens >= 1:
-            self._tokens -= 1
-            return True
-        return False
 
 
 class EventRecorder:
@@ -119,7 +93,7 @@ class EventRecorder:
         if event in self._recent:
             self._count("deduplicated")
             return
-        if not self._bucket.take():
+        if not self._bucket.allow():
             self._count("rate_limited")
             self.log.debug("event %s on %s/%s rate-limited", reason, namespace, name)
             return

@@ -12,12 +12,12 @@ import pytest
 from fakekube import FakeKube, kubeconfig_text
 
 from nri_plrm.metrics import Metrics
+from nri_plrm.podresources.ratelimit import TokenBucket
 from nri_plrm.podsource.client import load_kube_config, new_client
 from nri_plrm.podsource.events import (
     MAX_MESSAGE,
     EventRecorder,
     PodEvent,
-    TokenBucket,
     event_object,
 )
 
@@ -214,11 +214,11 @@ def test_event_object_shape() -> None:
 def test_token_bucket_rules() -> None:
     clock = Clock()
     bucket = TokenBucket(0.5, 1, clock)
-    assert bucket.take() and not bucket.take()
+    assert bucket.allow() and not bucket.allow()
     clock.now += 1.0
-    assert not bucket.take()
+    assert not bucket.allow()
     clock.now += 1.0
-    assert bucket.take()
+    assert bucket.allow()
     with pytest.raises(ValueError, match="rate must be > 0"):
         TokenBucket(0, 1)
     with pytest.raises(ValueError, match="burst >= 1"):
