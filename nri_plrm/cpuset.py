@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 MAX_CPU_ID = 1 << 16
-"""Largest CPU id accepted when parsing (the kernel's NR_CPUS never exceeds 8,192)."""
+"""CPU ids from a list or a string must be below this (the kernel's NR_CPUS is at most 8,192)."""
 
 
 class CPUSetError(ValueError):
@@ -28,6 +28,8 @@ class CPUSet:
         for cpu in cpus:
             if not isinstance(cpu, int) or isinstance(cpu, bool) or cpu < 0:
                 raise CPUSetError(f"cpu id {cpu!r}: must be a non-negative integer")
+            if cpu >= MAX_CPU_ID:
+                raise CPUSetError(f"cpu id {cpu}: exceeds the maximum {MAX_CPU_ID - 1}")
             mask |= 1 << cpu
         self._mask = mask
 

@@ -66,6 +66,14 @@ def test_constructor_rejects_negative_and_non_integer_ids() -> None:
         CPUSet.from_range(3, 2)
 
 
+def test_constructor_bounds_ids_like_the_parser() -> None:
+    assert CPUSet([MAX_CPU_ID - 1]).mask == 1 << (MAX_CPU_ID - 1)
+    with pytest.raises(CPUSetError, match=f"cpu id {MAX_CPU_ID}: exceeds the maximum"):
+        CPUSet([MAX_CPU_ID])
+    with pytest.raises(CPUSetError, match="exceeds the maximum"):
+        CPUSet([0, 10**12])
+
+
 def test_algebra() -> None:
     a, b = CPUSet.parse("0-5"), CPUSet.parse("4-9")
     assert a | b == CPUSet.parse("0-9")
