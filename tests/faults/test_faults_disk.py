@@ -84,8 +84,7 @@ def test_disk_full_refuses_decisions_keeps_releases_and_recovers(tmp_path: Path)
             sim.pods, sim.containers = rt.sync_lists()
             old = sim.session
             daemon.start()
-            while sim.session is old:
-                await asyncio.sleep(0.005)
+            await daemon.wait_new_session(sim, old)
             session = await sim.wait_registered(timeout=30)
             assert session.sync_reply is not None
             rt.apply_updates(session.sync_reply.update)
@@ -133,8 +132,7 @@ def test_disk_full_at_every_decision_of_a_pod_then_sigkill(tmp_path: Path) -> No
                 sim.pods, sim.containers = rt.sync_lists()
                 old = sim.session
                 daemon.start()
-                while sim.session is old:
-                    await asyncio.sleep(0.005)
+                await daemon.wait_new_session(sim, old)
                 session = await sim.wait_registered(timeout=30)
                 assert session.sync_reply is not None
                 rt.apply_updates(session.sync_reply.update)

@@ -68,8 +68,7 @@ class Node:
 
     async def next_session(self, old: object) -> api.SynchronizeResponse:
         """Wait for a new registered session; apply its Synchronize reply; return the reply."""
-        while self.sim.session is old:
-            await asyncio.sleep(0.005)
+        await self.daemon.wait_new_session(self.sim, old)
         session = await self.sim.wait_registered(timeout=30)
         assert session.sync_reply is not None
         self.rt.apply_updates(session.sync_reply.update)

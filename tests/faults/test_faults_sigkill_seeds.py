@@ -125,8 +125,7 @@ async def restart(seed: int, sim: NRISimulator, rt: FakeRuntime, proc: ForkedDae
         await proc.kill()
         old = sim.session
         proc.start()
-    while sim.session is old:
-        await asyncio.sleep(0.005)
+    await proc.wait_new_session(sim, old)
     session = await sim.wait_registered(timeout=30)
     assert session.sync_reply is not None
     rt.apply_updates(session.sync_reply.update)

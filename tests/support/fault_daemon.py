@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import resource
+import sys
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 from nri_plrm import daemon
 from nri_plrm.checkpoint.store import CheckpointStore
@@ -70,14 +73,46 @@ def checkpointed_engine(tmp: Path) -> Engine:
     return plugin.engine
 
 
+def serve(config: str, log: str) -> None:
+    """The child: stdout and stderr appended to ``log``, then the daemon's entry point."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.exit(daemon.main(["--config", config]))
+
+
 class ForkedDaemon:
-    """``nri_plrm.daemon.main --config FILE`` in a process forked from a preloaded forkserver."""
+    """``nri_plrm.daemon.main --config FILE`` in a process forked from a preloaded forkserver;
+    its output goes to ``daemon.log`` beside the configuration file."""
 
     def __init__(self, config: Path) -> None:
         self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["nri_plrm.daemon", "nri_plrm.plugin"])
+        self.ctx.set_forkserver_preload(["nri_plrm.daemon", "nri_plrm.plugin", "fault_daemon"])
         self.config = config
+        self.log = config.parent / "daemon.log"
         self.proc: BaseProcess | None = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the daemon's output, for failure messages."""
+        if not self.log.exists():
+            return "(no daemon output)"
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    async def wait_new_session(self, sim: Any, old: object, timeout: float = 30.0) -> None:
+        """Wait until ``sim`` has a session other than ``old``; fail with the daemon's output
+        when the daemon died or never connected."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while sim.session is old:
+            proc = self.proc
+            if proc is not None and not proc.is_alive():
+                raise AssertionError(
+                    f"daemon exited with {proc.exitcode} before connecting:\n{self.log_tail()}"
+                )
+            if loop.time() > deadline:
+                raise AssertionError(f"daemon not connected after {timeout} s:\n{self.log_tail()}")
+            await asyncio.sleep(0.005)
 
     @property
     def pid(self) -> int:
@@ -85,7 +120,7 @@ class ForkedDaemon:
         return self.proc.pid
 
     def start(self) -> None:
-        self.proc = self.ctx.Process(target=daemon.main, args=(["--config", str(self.config)],))
+        self.proc = self.ctx.Process(target=serve, args=(str(self.config), str(self.log)))
         self.proc.start()
 
     def limit_file_size(self, size: int | None) -> None:
