@@ -201,6 +201,24 @@ class CheckpointStore:
         finally:
             os.close(dfd)
 
+    def read_only(self) -> tuple[int, dict[str, Any]] | None:
+        """The state file's version and verified (not migrated) data, with no side effect:
+        nothing is created, moved aside or re-moded. None when there is no file; raises
+        CheckpointError naming the path and the problem otherwise."""
+        try:
+            dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointError(f"state directory {self.directory}: cannot open: {exc}") from exc
+        try:
+            raw = self._read(dfd)
+            return None if raw is None else self._decode(raw)
+        except _Unusable as bad:
+            raise CheckpointError(bad.message) from bad
+        finally:
+            os.close(dfd)
+
     def save(self, data: Mapping[str, Any]) -> int:
         """Write ``data`` atomically and durably; returns the number of bytes written.
 
@@ -331,8 +349,8 @@ class CheckpointStore:
         if stored != expected:
             raise _Unusable(
                 "checksum-mismatch",
-                f"checkpoint {self.path}: checksum {stored!r} does not match the data "
-                f"({expected}); the file was changed or damaged",
+                f"checkpoint {self.path}: checksum does not match the data (stored {stored!r}, "
+                f"computed {expected}); the file was changed or damaged",
             )
         return version, data
 

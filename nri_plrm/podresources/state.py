@@ -10,14 +10,16 @@ aside, locked or rewritten.
 
 from __future__ import annotations
 
-import errno
-import json
 import os
-import stat
 from typing import Any
 
 from nri_plrm.checkpoint.journal import DecisionJournal
-from nri_plrm.checkpoint.store import CURRENT_VERSION, STATE_FILE, data_checksum
+from nri_plrm.checkpoint.store import (
+    CURRENT_VERSION,
+    STATE_FILE,
+    CheckpointError,
+    CheckpointStore,
+)
 from nri_plrm.config import Config
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
@@ -25,8 +27,6 @@ from nri_plrm.podresources.view import PodResourcesView, reported_containers
 from nri_plrm.proto import podresources_api_pb2 as pb
 from nri_plrm.quantity import format_bytes
 from nri_plrm.topology.model import Topology
-
-_MAX_BYTES = 256 * 1024 * 1024
 
 
 class StateError(Exception):
@@ -37,38 +37,17 @@ def read_checkpoint(directory: str) -> dict[str, Any]:
     """The checkpoint's verified ``data``, read-only; raises StateError naming the problem."""
     path = os.path.join(directory, STATE_FILE)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError as exc:
-        raise StateError(f"{path}: no checkpoint (the plugin has not written state yet)") from exc
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise StateError(f"{path}: is a symlink; refusing to follow it") from exc
-        raise StateError(f"{path}: cannot open: {exc.strerror}") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_BYTES:
-            raise StateError(f"{path}: not a regular file of at most {_MAX_BYTES} bytes")
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            raw = handle.read()
-    finally:
-        os.close(fd)
-    try:
-        document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise StateError(f"{path}: not JSON: {exc}") from exc
-    if not isinstance(document, dict) or not isinstance(document.get("data"), dict):
-        raise StateError(f"{path}: not a checkpoint (no data object)")
-    version = document.get("version")
-    if not isinstance(version, int) or version < 1:
-        raise StateError(f"{path}: version {version!r}: must be an integer >= 1")
+        found = CheckpointStore(directory).read_only()
+    except CheckpointError as exc:
+        raise StateError(str(exc)) from exc
+    if found is None:
+        raise StateError(f"{path}: no checkpoint (the plugin has not written state yet)")
+    version, data = found
     if version < CURRENT_VERSION:
         raise StateError(
             f"{path}: version {version} is older than {CURRENT_VERSION}; the running plugin "
             "migrates it on its next write"
         )
-    data: dict[str, Any] = document["data"]
-    if document.get("checksum") != data_checksum(data):
-        raise StateError(f"{path}: checksum does not match the data; the file is damaged")
     return data
 
 

@@ -319,3 +319,19 @@ def test_non_string_keys_are_refused(tmp_path: Path) -> None:
         store.save({"pods": {1: "x"}})
     with pytest.raises(CheckpointError, match=r"data\.l\[0\]: key None"):
         store.save({"l": [{None: 1}]})
+
+
+def test_read_only_verifies_without_side_effects(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    assert CheckpointStore(missing).read_only() is None
+    assert not missing.exists()
+    d = tmp_path / "s"
+    store = CheckpointStore(d)
+    store.save(SAMPLE)
+    os.chmod(d, 0o755)
+    assert store.read_only() == (CURRENT_VERSION, SAMPLE)
+    store.path.write_text(store.path.read_text().replace("2-31", "2-30"))
+    with pytest.raises(CheckpointError, match=r"state\.json: checksum does not match the data"):
+        store.read_only()
+    assert sorted(p.name for p in d.iterdir()) == ["state.json"]
+    assert stat.S_IMODE(d.stat().st_mode) == 0o755
