@@ -21,6 +21,7 @@ from nri_plrm.checkpoint.store import (
     CheckpointStore,
 )
 from nri_plrm.config import Config
+from nri_plrm.cpuset import CPUSet
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.podresources.view import PodResourcesView, reported_containers
@@ -147,8 +148,6 @@ def _allocatable(message: pb.AllocatableResourcesResponse) -> dict[str, Any]:
 
 
 def _ids(values: list[int]) -> str:
-    from nri_plrm.cpuset import CPUSet
-
     return str(CPUSet(values)) or "-"
 
 
