@@ -164,11 +164,16 @@ class HotplugMonitor:
             self._events.labels(event.action.value).inc()
         if event.subsystem is not HotplugSubsystem.CPU and event.action is not HotplugAction.LOST:
             return None
+        return await self.rescan(str(event))
+
+    async def rescan(self, why: str = "start") -> HotplugReport | None:
+        """Rediscover the machine (in a worker thread) and apply the rule; None when the tree
+        cannot be read (logged with ``why``; the previous view of online CPUs is kept)."""
         loop = asyncio.get_running_loop()
         try:
             fresh = await loop.run_in_executor(None, discover, self.sysfs_root)
         except TopologyError as exc:
-            log.error("hotplug: cannot rediscover %s after %s: %s", self.sysfs_root, event, exc)
+            log.error("hotplug: cannot rediscover %s after %s: %s", self.sysfs_root, why, exc)
             return None
         return self.update(fresh.all_cpus)
 

@@ -169,3 +169,21 @@ def test_unreadable_tree_keeps_the_last_view(
         assert any("cannot rediscover" in r.getMessage() for r in caplog.records)
 
     asyncio.run(flow())
+
+
+def test_rescan_at_watch_start_reports_without_counting_an_event(tmp_path: Path) -> None:
+    """A CPU that went offline between start-up discovery and the watcher's start is found by
+    the initial rescan; no event is counted for it."""
+    root = tmp_path / "sys"
+    write_sysfs(MACHINE, str(root))
+    plugin = populated()
+    registry = CollectorRegistry()
+    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root))
+    monitor.register(registry)
+    main = plugin.engine.assignment("hp-0", "main")
+    assert main is not None
+    set_online(root, MACHINE.all_cpus - main.cpus)
+    report = asyncio.run(monitor.rescan())
+    assert report is not None and [a.container for a in report.affected] == ["main"]
+    assert metric(registry, "nri_plrm_exclusive_cpus_offline") == len(main.cpus)
+    assert "nri_plrm_cpu_hotplug_events_total{" not in generate_latest(registry).decode()
