@@ -10,13 +10,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import combinations
 
+MAX_NUMA_NODES = 1024
+"""Node ids must be below this (the kernel's largest ``MAX_NUMNODES``)."""
+
 
 def mask_of(nodes: Iterable[int]) -> int:
-    """The mask with a bit set for every node id (ids must be >= 0)."""
+    """The mask with a bit set for every node id (ids in ``0..MAX_NUMA_NODES - 1``)."""
     mask = 0
     for node in nodes:
-        if node < 0:
-            raise ValueError(f"numa node id {node}: must be >= 0 to be part of a bitmask")
+        if not 0 <= node < MAX_NUMA_NODES:
+            raise ValueError(
+                f"numa node id {node}: must be >= 0 and below {MAX_NUMA_NODES} to be part of a "
+                "bitmask"
+            )
         mask |= 1 << node
     return mask
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.engine.bitmask import mask_of
 from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
 from nri_plrm.engine.memory_manager import MemoryManager, MemoryManagerConfig
 from nri_plrm.engine.spec_json import (
@@ -845,5 +846,5 @@ def _hint_to_dict(hint: TopologyHint) -> dict[str, Any]:
 
 def _hint_from_dict(data: Mapping[str, Any]) -> TopologyHint:
     nodes = data.get("numaAffinity")
-    mask = None if nodes is None else sum(1 << int(n) for n in nodes)
+    mask = None if nodes is None else mask_of(int(n) for n in nodes)
     return TopologyHint(mask, bool(data.get("preferred", False)))
