@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import combinations
 
-MAX_NUMA_NODES = 1024
-"""Node ids must be below this (the kernel's largest ``MAX_NUMNODES``)."""
+from nri_plrm.topology.model import MAX_NUMA_NODES
 
 
 def mask_of(nodes: Iterable[int]) -> int:

@@ -15,6 +15,9 @@ from functools import cached_property
 
 from nri_plrm.cpuset import CPUSet
 
+MAX_NUMA_NODES = 1024
+"""NUMA node ids must be below this (the kernel's largest ``MAX_NUMNODES``)."""
+
 
 class TopologyError(ValueError):
     """A topology description that is inconsistent (names the thing, the value and the rule)."""
@@ -77,6 +80,10 @@ class Topology:
         memory = memory or {}
         distances = distances or {}
         node_ids = sorted({i.numa for i in table.values()} | set(memory))
+        if node_ids and node_ids[-1] >= MAX_NUMA_NODES:
+            raise TopologyError(
+                f"numa node {node_ids[-1]}: node ids must be below {MAX_NUMA_NODES}"
+            )
         core_socket: dict[int, int] = {}
         for info in table.values():
             if core_socket.setdefault(info.core, info.socket) != info.socket:

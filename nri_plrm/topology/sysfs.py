@@ -34,9 +34,9 @@ import logging
 import os
 import re
 
-from nri_plrm.cpuset import CPUSet, CPUSetError
+from nri_plrm.cpuset import MAX_CPU_ID, CPUSet, CPUSetError
 from nri_plrm.quantity import format_bytes
-from nri_plrm.topology.model import CPUInfo, Topology, TopologyError
+from nri_plrm.topology.model import MAX_NUMA_NODES, CPUInfo, Topology, TopologyError
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +137,21 @@ def _listdir(path: str) -> list[str]:
         raise TopologyError(f"{path}: cannot list: {exc.strerror or exc}") from exc
 
 
-def _numbered(path: str, pattern: re.Pattern[str]) -> dict[int, str]:
+MAX_CACHE_INDEX = 64
+"""Highest ``cache/index<N>`` directory read (CPUs list a handful)."""
+
+
+def _numbered(path: str, pattern: re.Pattern[str], limit: int) -> dict[int, str]:
     found: dict[int, str] = {}
     for name in _listdir(path):
         match = pattern.match(name)
         if match:
-            found[int(match.group(1))] = os.path.join(path, name)
+            number = int(match.group(1))
+            if number >= limit:
+                raise TopologyError(
+                    f"{os.path.join(path, name)}: id {number} exceeds the maximum {limit - 1}"
+                )
+            found[number] = os.path.join(path, name)
     return found
 
 
@@ -152,7 +161,7 @@ def _online_cpus(cpu_root: str) -> CPUSet:
     if text is not None:
         return parse_cpulist(online_path, text)
     online = []
-    for cpu, path in _numbered(cpu_root, _CPU_DIR).items():
+    for cpu, path in _numbered(cpu_root, _CPU_DIR, MAX_CPU_ID).items():
         flag_path = os.path.join(path, "online")
         flag = read_text(flag_path)
         if flag is None or parse_count(flag_path, flag) != 0:
@@ -207,7 +216,7 @@ def _cpu_facts(cpu_root: str, cpu: int) -> _CPUFacts:
 def _uncore_id(cpu_root: str, first_cpu: int, node_threads: int) -> int | None:
     """The uncore cache id of a core (from its first CPU), None when it has none."""
     cache_root = os.path.join(cpu_root, f"cpu{first_cpu}", "cache")
-    for _, path in sorted(_numbered(cache_root, _INDEX_DIR).items()):
+    for _, path in sorted(_numbered(cache_root, _INDEX_DIR, MAX_CACHE_INDEX).items()):
         level_path = os.path.join(path, "level")
         level = read_text(level_path)
         if level is None or parse_id(level_path, level) <= 2:
@@ -230,7 +239,7 @@ def _node_layout(node_root: str, online: CPUSet) -> tuple[list[int], dict[int, C
         return None
     online_path = os.path.join(node_root, "online")
     text = read_text(online_path)
-    dirs = _numbered(node_root, _NODE_DIR)
+    dirs = _numbered(node_root, _NODE_DIR, MAX_NUMA_NODES)
     ids = parse_cpulist(online_path, text).sorted() if text is not None else sorted(dirs)
     if not ids:
         return None

@@ -53,6 +53,11 @@ def test_inconsistent_tables_are_refused(cpus: list[CPUInfo], fragment: str) -> 
     assert fragment in str(err.value)
 
 
+def test_numa_ids_beyond_the_kernel_limit_are_refused() -> None:
+    with pytest.raises(TopologyError, match="numa node 1024: node ids must be below 1024"):
+        Topology.build([CPUInfo(0, 0, 0, 1024, 0)])
+
+
 def test_negative_memory_is_refused() -> None:
     with pytest.raises(TopologyError, match="numa node 0: memory -1"):
         Topology.build([CPUInfo(0, 0, 0, 0, 0)], memory={0: {"memory": -1}})

@@ -151,6 +151,21 @@ def test_online_from_cpu_directories_when_the_online_file_is_missing(sysfs_root:
     assert online_cpus(str(sysfs_root)) == CPUSet([0, 1, 3])
 
 
+def test_absurd_cpu_directory_ids_are_topology_errors(sysfs_root: Path) -> None:
+    (sysfs_root / CPU / "cpu0").mkdir(parents=True)
+    (sysfs_root / CPU / "cpu70000").mkdir()
+    with pytest.raises(TopologyError, match=r"cpu70000: id 70000 exceeds the maximum 65535"):
+        discover(str(sysfs_root))
+
+
+def test_absurd_numa_node_directory_ids_are_topology_errors(sysfs_root: Path) -> None:
+    write_sysfs(MACHINES["default"], str(sysfs_root))
+    os.remove(sysfs_root / NODE / "online")
+    (sysfs_root / NODE / "node5000").mkdir()
+    with pytest.raises(TopologyError, match=r"node5000: id 5000 exceeds the maximum 1023"):
+        discover(str(sysfs_root))
+
+
 def test_no_online_cpu_is_an_error(sysfs_root: Path) -> None:
     with pytest.raises(TopologyError, match="no online cpus found"):
         discover(str(sysfs_root))
