@@ -27,7 +27,13 @@ _SUFFIXES: dict[str, Decimal] = {
     "Pi": Decimal(2) ** 50,
     "Ei": Decimal(2) ** 60,
 }
+_EXPONENT = re.compile(r"^[eE][+-]?[0-9]+$")
 _PATTERN = re.compile(r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)((?:[eE][+-]?[0-9]+)|[a-zA-Z]*)$")
+
+
+MAX_EXPONENT = 30
+"""Largest decimal exponent accepted (``1e30``): far beyond any real quantity, and it keeps a
+hostile ``1e999999999`` from turning into a billion-digit integer."""
 
 
 class QuantityError(ValueError):
@@ -50,10 +56,16 @@ def parse_quantity(value: str | int | float) -> Decimal:
     number, suffix = match.groups()
     try:
         base = Decimal(number)
-        if suffix[:1] in ("e", "E"):
-            return base * (Decimal(10) ** int(suffix[1:]))
     except InvalidOperation as exc:
         raise QuantityError(f"quantity {value!r}: not a number") from exc
+    if suffix not in _SUFFIXES and _EXPONENT.match(suffix):
+        exponent = int(suffix[1:])
+        if abs(exponent) > MAX_EXPONENT:
+            raise QuantityError(
+                f"quantity {value!r}: exponent {exponent} out of range "
+                f"(-{MAX_EXPONENT}..{MAX_EXPONENT})"
+            )
+        return base * (Decimal(10) ** exponent)
     if suffix not in _SUFFIXES:
         raise QuantityError(
             f"quantity {value!r}: unknown suffix {suffix!r} (allowed: m, k, M, G, Ki, Mi, Gi, ...)"
