@@ -49,6 +49,13 @@ _Fail = Callable[[str, Any, str], "ManifestError"]
 _HUGEPAGE_SIZE = re.compile(r"^hugepages-[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 
 
+MAX_BYTES = (1 << 63) - 1
+"""Largest memory or hugepage quantity: the CRI/NRI limit fields are signed 64-bit."""
+MAX_CPU_MILLIS = MAX_BYTES // 100
+"""Largest CPU quantity: its CFS quota at the default 100 ms period must fit a signed 64-bit
+field (``quota = millicores * 100``)."""
+
+
 class ManifestError(ValueError):
     """A manifest that cannot be turned into a pod: where it is, what it holds, which rule."""
 
@@ -177,6 +184,7 @@ def pod_from_object(doc: Any, source: str, index: int, prefix: str = "") -> PodS
     init = _containers(spec, "initContainers", fail, names, required=False)
     apps = _containers(spec, "containers", fail, names, required=True)
 
+    _check_totals(init + apps, fail)
     requests: dict[str, int] | None = None
     limits: dict[str, int] | None = None
     if spec.get("resources") is not None:
@@ -251,6 +259,14 @@ def _resource_list(value: Any, path: str, fail: _Fail) -> dict[str, int]:
             raise fail(field, quantity, str(exc)) from exc
         if amount < 0:
             raise fail(field, quantity, "must be greater than or equal to 0")
+        limit = MAX_CPU_MILLIS if rname == CPU else MAX_BYTES
+        if amount > limit:
+            unit = "millicores" if rname == CPU else "bytes"
+            raise fail(
+                field,
+                quantity,
+                f"larger than {limit} {unit}, the most the runtime's 64-bit fields can carry",
+            )
         if rname == CPU or is_memory_resource(rname):
             out[rname] = amount
     return out
@@ -268,6 +284,25 @@ def _requests_limits(value: Any, path: str, fail: _Fail) -> tuple[dict[str, int]
         _resource_list(value.get("requests"), f"{path}.requests", fail),
         _resource_list(value.get("limits"), f"{path}.limits", fail),
     )
+
+
+def _check_totals(containers: tuple[ContainerSpec, ...], fail: _Fail) -> None:
+    """The pod's aggregate (what the kubelet sends as the sandbox's resources) is at most the
+    sum of every container's values: it must fit the runtime's 64-bit fields too."""
+    for field in ("requests", "limits"):
+        totals: dict[str, int] = {}
+        for c in containers:
+            for rname, amount in getattr(c, field).items():
+                totals[rname] = totals.get(rname, 0) + amount
+        for rname, total in totals.items():
+            limit = MAX_CPU_MILLIS if rname == CPU else MAX_BYTES
+            if total > limit:
+                raise fail(
+                    f"spec.containers[*].resources.{field}.{rname}",
+                    total,
+                    f"the containers' total is larger than {limit}, the most the runtime's "
+                    "64-bit fields can carry",
+                )
 
 
 def _check_not_above(
