@@ -906,39 +906,101 @@ class MemoryManager:
             }
         except (KeyError, TypeError, ValueError) as err:
             raise MemoryStateError(f"memory manager state: malformed entries ({err})") from err
-        charged: list[_Block] = [b for blocks in pod_entries.values() for b in blocks]
+        charged: list[tuple[str, str, _Block]] = [
+            (uid, "", b) for uid, blocks in pod_entries.items() for b in blocks
+        ]
         for uid, conts in entries.items():
             if uid not in pod_entries:
-                charged.extend(b for blocks in conts.values() for b in blocks)
-        for b in charged:
+                charged.extend((uid, name, b) for name, blocks in conts.items() for b in blocks)
+        saved = data.get("machineState")
+        if saved is not None and not saved and charged:
+            raise MemoryStateError(
+                "[memorymanager] machine state can not be empty when it has memory assignments"
+            )
+        for uid, name, b in charged:
             for n in b.numa:
                 if n not in mm.machine_state:
                     raise MemoryStateError(
-                        f"memory block on numa node {n}: this machine has nodes "
-                        f"{list(topology.numa_ids)}"
+                        f"[memorymanager] (pod: {uid}, container: {name}) the memory assignment "
+                        "uses the NUMA that does not exist"
                     )
                 if b.type not in mm.machine_state[n].memory_map:
                     raise MemoryStateError(
-                        f"memory block of {b.type} on numa node {n}: the node has no such memory"
+                        f"[memorymanager] (pod: {uid}, container: {name}) the memory assignment "
+                        "uses memory resource that does not exist"
                     )
             mm._charge(b.numa, b.type, b.size)
-        saved = data.get("machineState")
-        if saved is not None:
-            expected = {str(n): s.to_dict() for n, s in sorted(mm.machine_state.items())}
-            if _normalise_cells(saved) != _normalise_cells(expected):
+        if saved:
+            restored = _machine_state_from_dict(saved)
+            if not _machine_states_equal(restored, mm.machine_state):
                 raise MemoryStateError(
                     "[memorymanager] the expected machine state is different from the real one"
                 )
+            mm.machine_state = restored
         mm._entries = entries
         mm._pod_entries = pod_entries
         mm._shared = {str(u): set(map(str, n)) for u, n in dict(data.get("podShared", {})).items()}
         return mm
 
 
-def _normalise_cells(state: Any) -> Any:
-    out = {}
-    for node, row in dict(state).items():
-        row = dict(row)
-        row["cells"] = sorted(row.get("cells", []))
-        out[str(node)] = row
+def _machine_state_from_dict(data: Any) -> dict[int, NodeState]:
+    """A saved ``machineState`` (the layout of :meth:`NodeState.to_dict`)."""
+    try:
+        out: dict[int, NodeState] = {}
+        for node, row in dict(data).items():
+            tables = {
+                str(name): MemoryTable(
+                    int(t["total"]),
+                    int(t["systemReserved"]),
+                    int(t["allocatable"]),
+                    int(t["reserved"]),
+                    int(t["free"]),
+                )
+                for name, t in dict(row["memoryMap"]).items()
+            }
+            cells = [int(c) for c in row["cells"]]
+            out[int(node)] = NodeState(tables, cells, int(row["numberOfAssignments"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise MemoryStateError(f"memory manager state: malformed machineState ({err})") from err
     return out
+
+
+def _machine_states_equal(saved: dict[int, NodeState], expected: dict[int, NodeState]) -> bool:
+    """``areMachineStatesEqual``: the same nodes, assignment counts, groups, memory types and
+    total/system-reserved/allocatable per node; free and reserved compared as sums over each
+    node's group, since a cross-NUMA release gives memory back in node order and so leaves a
+    different (equally valid) per-node split than charging the remaining blocks afresh."""
+    if saved.keys() != expected.keys():
+        return False
+    for node, s in saved.items():
+        e = expected[node]
+        if s.number_of_assignments != e.number_of_assignments:
+            return False
+        if sorted(s.cells) != sorted(e.cells):
+            return False
+        if s.memory_map.keys() != e.memory_map.keys():
+            return False
+        for name, st in s.memory_map.items():
+            et = e.memory_map[name]
+            if (st.total, st.system_reserved, st.allocatable) != (
+                et.total,
+                et.system_reserved,
+                et.allocatable,
+            ):
+                return False
+            group = [c for c in s.cells if c in saved and c in expected]
+            if len(group) != len(s.cells):
+                return False
+            if _group_sum(saved, group, name) != _group_sum(expected, group, name):
+                return False
+    return True
+
+
+def _group_sum(state: dict[int, NodeState], group: list[int], name: str) -> tuple[int, int]:
+    free = reserved = 0
+    for n in group:
+        t = state[n].memory_map.get(name)
+        if t is not None:
+            free += t.free
+            reserved += t.reserved
+    return free, reserved
