@@ -261,16 +261,27 @@ def merge_hints(
     achievable.discard(0)
     if not achievable:
         return TopologyHint(default_affinity, False)
+    return TopologyHint(
+        min(achievable, key=lambda m: merged_hint_rank(m, False, target, fit_key)), False
+    )
 
-    def non_preferred_key(mask: int) -> tuple[int, ...]:
-        c = mask.bit_count()
-        if c == target:
-            return (0, 0, *fit_key(mask))
-        if c < target:
-            return (1, -c, *fit_key(mask))
-        return (2, 0, *fit_key(mask))
 
-    return TopologyHint(min(achievable, key=non_preferred_key), False)
+def merged_hint_rank(mask: int, preferred: bool, target: int, fit_key: FitKey) -> tuple[int, ...]:
+    """Where a merged hint with a non-empty mask stands in the kubelet's pairwise ``compare``
+    (smaller wins; equal ranks mean equal masks, where the kubelet keeps the current one).
+
+    Preferred hints come first, ordered by ``fit_key``. Non-preferred ones are steered towards
+    ``target`` (``bestNonPreferredAffinityCount``): that width first, then narrower masks from
+    the widest down, then wider masks; ``fit_key`` breaks ties within a width.
+    """
+    if preferred:
+        return (0, 0, 0, *fit_key(mask))
+    c = mask.bit_count()
+    if c == target:
+        return (1, 0, 0, *fit_key(mask))
+    if c < target:
+        return (1, 1, -c, *fit_key(mask))
+    return (1, 2, 0, *fit_key(mask))
 
 
 def _best_preferred(
@@ -310,7 +321,7 @@ def _best_preferred(
     candidates.discard(0)
     if not candidates:
         return None
-    return min(candidates, key=fit_key)
+    return min(candidates, key=lambda m: merged_hint_rank(m, True, 0, fit_key))
 
 
 class TopologyManager:
