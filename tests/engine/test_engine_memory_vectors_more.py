@@ -10,7 +10,8 @@ are not repeated):
 - ``TestStaticPolicyAllocate``: 1 (container already in the state);
 - ``TestStaticPolicyAllocateWithInitContainers``: 4 (init-container memory reuse);
 - ``TestStaticPolicyAllocateWithRestartableInitContainers``: 2 (sidecars never donate);
-- ``TestStaticPolicyRemoveContainer``: 2 (unknown container, single-NUMA release).
+- ``TestStaticPolicyRemoveContainer``: 2 (unknown container, single-NUMA release);
+- ``Test_getPodRequestedResources``: 5 (init, sidecar and app aggregation).
 
 Upstream sets a machine state directly (often one its own machine info would not produce, e.g.
 hugepages not subtracted from ``memory``); here the same numbers are assigned to
@@ -548,3 +549,69 @@ def test_remove_should_delete_the_container_assignment_and_update_the_machine_st
     assert mm.machine_state == one_node(
         table(1536 * MB, 1536 * MB, 0, 512 * MB, 2 * GB), table(GB, GB, 0, 0, GB)
     )
+
+
+# --- Test_getPodRequestedResources ------------------------------------------------------------
+
+# description, init containers (name, memory GiB, 1Gi pages GiB, kind), app containers
+# (memory GiB, pages GiB), expected (memory GiB, pages GiB)
+POD_REQUESTS: list[
+    tuple[str, list[tuple[str, int, int, ContainerKind]], list[tuple[int, int]], tuple[int, int]]
+] = [
+    (
+        "maximum resources of init containers > total resources of containers",
+        [("initContainer1", 1, 1, INIT), ("initContainer2", 4, 4, INIT)],
+        [(1, 1), (2, 2)],
+        (4, 4),
+    ),
+    (
+        "maximum resources of init containers < total resources of containers",
+        [("initContainer1", 1, 1, INIT), ("initContainer2", 3, 3, INIT)],
+        [(2, 2), (3, 3)],
+        (5, 5),
+    ),
+    (
+        "calculate different resources independently",
+        [("initContainer1", 1, 1, INIT), ("initContainer2", 3, 4, INIT)],
+        [(2, 1), (3, 2)],
+        (5, 4),
+    ),
+    (
+        "maximum resources of init containers > total resources of long running containers, "
+        "including restartable init containers",
+        [("restartableInit1", 2, 2, SIDECAR), ("initContainer2", 4, 4, INIT)],
+        [(1, 1), (2, 2)],
+        (6, 6),
+    ),
+    (
+        "maximum resources of init containers < total resources of long running containers, "
+        "including restartable init containers",
+        [("restartableInit1", 2, 2, SIDECAR), ("initContainer2", 4, 4, INIT)],
+        [(2, 2), (3, 3)],
+        (7, 7),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("description", "inits", "apps", "expected"), POD_REQUESTS, ids=[c[0] for c in POD_REQUESTS]
+)
+def test_get_pod_requested_resources(
+    description: str,
+    inits: list[tuple[str, int, int, ContainerKind]],
+    apps: list[tuple[int, int]],
+    expected: tuple[int, int],
+) -> None:
+    p = PodSpec(
+        uid="",
+        init_containers=tuple(
+            ContainerSpec(name, kind, {MEM: mem * GB, HP: pages * GB})
+            for name, mem, pages, kind in inits
+        ),
+        containers=tuple(
+            ContainerSpec(f"container{i + 1}", APP, {MEM: mem * GB, HP: pages * GB})
+            for i, (mem, pages) in enumerate(apps)
+        ),
+    )
+    mm = MemoryManager(machine({0: (3 * GB, 1)}), reserved(0))
+    assert mm.pod_requests(p) == {MEM: expected[0] * GB, HP: expected[1] * GB}

@@ -11,7 +11,7 @@ descriptions; those already in ``test_engine_topology_manager.py`` are not repea
 - ``numa_info_test.go``: ``TestCalculateAvgDistanceFor`` 5 (the empty-mask case has no
   counterpart: merged masks are never empty), ``TestClosest`` 5. The sysfs readers
   (``TestNUMAInfo``, ``TestGetDistances``, ``TestSplitDistances``) belong to topology discovery.
-- ``policy_test.go``: ``TestCompareHintsNarrowest`` 26, ``TestFilterProvidersHints`` 5.
+- ``policy_test.go``: ``TestCompareHintsNarrowest`` 25, ``TestFilterProvidersHints`` 5.
 - ``policy_options_test.go``: ``TestNewTopologyManagerOptions`` 3 (the feature-gate cases do not
   apply: both options are GA in the versions we follow).
 - ``topology_manager_test.go``: ``TestNewManager`` 8 (the missing-distances case does not apply:
