@@ -11,7 +11,11 @@ descriptions; those already in ``test_engine_topology_manager.py`` are not repea
 - ``numa_info_test.go``: ``TestCalculateAvgDistanceFor`` 5 (the empty-mask case has no
   counterpart: merged masks are never empty), ``TestClosest`` 5. The sysfs readers
   (``TestNUMAInfo``, ``TestGetDistances``, ``TestSplitDistances``) belong to topology discovery.
-- ``policy_test.go``: ``TestCompareHintsNarrowest`` 25, ``TestFilterProvidersHints`` 5.
+- ``policy_test.go``: ``TestCompareHintsNarrowest`` 25, ``TestFilterProvidersHints`` 5,
+  best-effort ``mergeTestCasesClosestNUMA`` 4 (8 nodes, prefer-closest-numa-nodes).
+- ``policy_single_numa_node_test.go``: ``TestPolicySingleNumaNodeFilterHints`` 5,
+  ``TestPolicySingleNumaNodeCanAdmitPodResult`` 1; ``policy_best_effort_test.go`` and
+  ``policy_restricted_test.go``: ``CanAdmitPodResult`` 2 each.
 - ``policy_options_test.go``: ``TestNewTopologyManagerOptions`` 3 (the feature-gate cases do not
   apply: both options are GA in the versions we follow).
 - ``topology_manager_test.go``: ``TestNewManager`` 8 (the missing-distances case does not apply:
@@ -45,6 +49,7 @@ from nri_plrm.engine.topology_manager import (
     TopologyManagerConfig,
     TopologyManagerConfigError,
     filter_providers_hints,
+    filter_single_numa_hints,
     merge_hints,
     merged_hint_rank,
 )
@@ -690,3 +695,131 @@ def test_pod_scope_hands_every_providers_hints_to_the_policy(
     tm = RecordingMerge(machine(nodes), TopologyManagerConfig(POLICY_BEST_EFFORT, SCOPE_POD))
     tm.pod_hint(PodSpec(uid="p"), [TrackingProvider(m) for m in maps])
     assert tm.seen == maps
+
+
+# --- policy_single_numa_node_test.go: TestPolicySingleNumaNodeFilterHints ---------------------
+
+SINGLE_FILTER: list[tuple[str, list[list[TopologyHint]], list[list[TopologyHint]]]] = [
+    ("filter empty resources", [], []),
+    ("filter hints with nil socket mask 1/2", [[NIL_F], [NIL_T]], [[], [NIL_T]]),
+    (
+        "filter hints with nil socket mask 2/2",
+        [[H(0), NIL_F], [H(1), NIL_T]],
+        [[H(0)], [H(1), NIL_T]],
+    ),
+    (
+        "filter hints with empty resource socket mask",
+        [[H(1), H(0), NIL_F], []],
+        [[H(1), H(0)], []],
+    ),
+    (
+        "filter hints with wide sockemask",
+        [
+            [H(0), H(1), H(1, 2, pref=False), H(0, 1, 2, pref=False), NIL_F],
+            [H(1, 2, pref=False), H(0, 1, 2, pref=False), H(0, 2, pref=False), H(3, pref=False)],
+            [H(1, 2, pref=False), H(0, 1, 2, pref=False), H(0, 2, pref=False)],
+        ],
+        [[H(0), H(1)], [], []],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "lists", "expected"), SINGLE_FILTER, ids=[c[0] for c in SINGLE_FILTER]
+)
+def test_single_numa_node_filter_hints(
+    name: str, lists: list[list[TopologyHint]], expected: list[list[TopologyHint]]
+) -> None:
+    assert [list(h) for h in filter_single_numa_hints(lists)] == expected
+
+
+# --- canAdmitPodResult (policy_best_effort/restricted/single_numa_node_test.go) ---------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "preferred", "admit"),
+    [
+        (POLICY_BEST_EFFORT, True, True),
+        (POLICY_BEST_EFFORT, False, True),
+        (POLICY_RESTRICTED, True, True),
+        (POLICY_RESTRICTED, False, False),
+        (POLICY_SINGLE_NUMA_NODE, False, False),
+    ],
+    ids=[
+        "best-effort: Preferred is set to true in topology hints",
+        "best-effort: Preferred is set to false in topology hints",
+        "restricted: Preferred is set to true in topology hints",
+        "restricted: Preferred is set to false in topology hints",
+        "single-numa-node: Preferred is set to false in topology hints",
+    ],
+)
+def test_can_admit_pod_result(policy: str, preferred: bool, admit: bool) -> None:
+    """The policy admits a merge whose best hint has this ``Preferred`` (a single provider
+    offering exactly that hint makes the merge return it)."""
+    tm = TopologyManager(machine(2), TopologyManagerConfig(policy, SCOPE_CONTAINER))
+    best, admitted = tm.merge([{"resource": [TopologyHint(None, preferred)]}])
+    assert best.preferred is preferred
+    assert admitted is admit
+
+
+# --- policy_test.go: best-effort mergeTestCasesClosestNUMA (8 nodes, prefer-closest) ----------
+
+EIGHT = [
+    [10, 11, 12, 12, 30, 30, 30, 30],
+    [11, 10, 12, 12, 30, 30, 30, 30],
+    [12, 12, 10, 11, 30, 30, 30, 30],
+    [12, 12, 11, 10, 30, 30, 30, 30],
+    [30, 30, 30, 30, 10, 11, 12, 12],
+    [30, 30, 30, 30, 11, 10, 12, 12],
+    [30, 30, 30, 30, 12, 12, 10, 11],
+    [30, 30, 30, 30, 12, 12, 13, 10],
+]
+
+CLOSEST_MERGE: list[tuple[str, list[HintMap | None], TopologyHint]] = [
+    (
+        "Two providers, 2 hints each, same mask (some with different bits), same preferred",
+        [{"resource1": [H(0, 4), H(0, 2)]}, {"resource2": [H(0, 4), H(0, 2)]}],
+        H(0, 2),
+    ),
+    (
+        "Two providers, 2 hints each, different mask",
+        [{"resource1": [H(4), H(0, 2)]}, {"resource2": [H(4), H(0, 2)]}],
+        H(4),
+    ),
+    (
+        "bestNonPreferredAffinityCount (5)",
+        [
+            {"resource1": [H(0, 1, 2, 3, pref=False), H(0, 1, pref=False)]},
+            {"resource2": [H(1, 2, pref=False), H(2, 3, pref=False)]},
+        ],
+        H(2, 3, pref=False),
+    ),
+    (
+        "bestNonPreferredAffinityCount (6)",
+        [
+            {"resource1": [H(0, 1, 2, 3, pref=False), H(0, 1, pref=False)]},
+            {
+                "resource2": [
+                    H(1, 2, 3, pref=False),
+                    H(1, 2, pref=False),
+                    H(1, 3, pref=False),
+                    H(2, 3, pref=False),
+                ]
+            },
+        ],
+        H(2, 3, pref=False),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "maps", "expected"), CLOSEST_MERGE, ids=[c[0] for c in CLOSEST_MERGE]
+)
+def test_best_effort_merge_closest_numa(
+    name: str, maps: list[HintMap | None], expected: TopologyHint
+) -> None:
+    tm = TopologyManager(
+        machine(8, EIGHT),
+        TopologyManagerConfig(POLICY_BEST_EFFORT, SCOPE_CONTAINER, prefer_closest_numa_nodes=True),
+    )
+    assert tm.merge(maps) == (expected, True)
