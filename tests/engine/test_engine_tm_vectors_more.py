@@ -22,7 +22,9 @@ descriptions; those already in ``test_engine_topology_manager.py`` are not repea
   our topology always carries distances), ``TestManagerScope`` 3, ``TestGetAffinity`` 1,
   ``TestAdmit`` 14 (each under container and pod scope), ``TestAdmitWithPodLevelResources`` 2
   (the two feature-gate-off cases do not apply: pod-level resource managers are always on).
-- ``scope_pod_test.go``: ``TestPodCalculateAffinity`` 4, ``TestPodAccumulateProvidersHints`` 7.
+- ``scope_pod_test.go``: ``TestPodCalculateAffinity`` 4, ``TestPodAccumulateProvidersHints`` 7;
+  ``scope_container_test.go``: ``TestContainerCalculateAffinity`` 4,
+  ``TestContainerAccumulateProvidersHints`` 7 (the same tables).
 
 The kubelet's ``compare`` is pairwise; our merge ranks merged hints with
 ``merged_hint_rank``. The ``TestCompareHintsNarrowest`` vectors check that the rank puts the
@@ -684,16 +686,23 @@ POD_ACCUMULATE: list[tuple[str, list[HintMap | None]]] = [
 ]
 
 
+@pytest.mark.parametrize("scope", [SCOPE_POD, SCOPE_CONTAINER])
 @pytest.mark.parametrize(("name", "maps"), POD_ACCUMULATE, ids=[c[0] for c in POD_ACCUMULATE])
-def test_pod_scope_hands_every_providers_hints_to_the_policy(
-    name: str, maps: list[HintMap | None]
+def test_scope_hands_every_providers_hints_to_the_policy(
+    scope: str, name: str, maps: list[HintMap | None]
 ) -> None:
-    """``TestPodCalculateAffinity`` (4) and ``TestPodAccumulateProvidersHints`` (7; their first
-    three cases coincide): the policy sees each provider's pod hints as returned, in provider
-    order."""
+    """``TestPodCalculateAffinity``/``TestContainerCalculateAffinity`` (4 each) and
+    ``TestPodAccumulateProvidersHints``/``TestContainerAccumulateProvidersHints`` (7 each; the
+    first three cases of both tables coincide): the policy sees each provider's hints as
+    returned, in provider order."""
     nodes = 5 if maps is ASSORTED else 2
-    tm = RecordingMerge(machine(nodes), TopologyManagerConfig(POLICY_BEST_EFFORT, SCOPE_POD))
-    tm.pod_hint(PodSpec(uid="p"), [TrackingProvider(m) for m in maps])
+    tm = RecordingMerge(machine(nodes), TopologyManagerConfig(POLICY_BEST_EFFORT, scope))
+    providers = [TrackingProvider(m) for m in maps]
+    pod = PodSpec(uid="p", containers=(ContainerSpec("c"),))
+    if scope == SCOPE_POD:
+        tm.pod_hint(pod, providers)
+    else:
+        tm.container_hint(pod, pod.containers[0], providers)
     assert tm.seen == maps
 
 
