@@ -960,7 +960,7 @@ def _machine_state_from_dict(data: Any) -> dict[int, NodeState]:
             }
             cells = [int(c) for c in row["cells"]]
             out[int(node)] = NodeState(tables, cells, int(row["numberOfAssignments"]))
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise MemoryStateError(f"memory manager state: malformed machineState ({err})") from err
     return out
 

@@ -25,10 +25,13 @@ blocks afresh; the kubelet compares free/reserved summed over each node's group)
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nri_plrm.engine.memory_manager import (
     MemoryManager,
@@ -615,3 +618,109 @@ def test_get_pod_requested_resources(
     )
     mm = MemoryManager(machine({0: (3 * GB, 1)}), reserved(0))
     assert mm.pod_requests(p) == {MEM: expected[0] * GB, HP: expected[1] * GB}
+
+
+# --- the saved machine state: decoder fuzz and restart round trip -------------------------------
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _valid_saved() -> dict[str, Any]:
+    return saved(
+        MemoryManager(machine({0: (3 * GB, 1), 1: (3 * GB, 1)}), reserved(0, 1)).machine_state
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    garbage=JSON,
+    path=st.lists(
+        st.sampled_from(
+            ["0", "1", "memoryMap", MEM, HP, "cells", "free", "total", "numberOfAssignments"]
+        ),
+        max_size=4,
+    ),
+)
+def test_saved_machine_state_decoder_refuses_garbage_cleanly(garbage: Any, path: list[str]) -> None:
+    """Any JSON in place of (a part of) the saved machine state either restores or raises
+    ``MemoryStateError``; nothing else escapes."""
+    data: Any = _valid_saved()
+    if path:
+        node = data
+        for key in path[:-1]:
+            if not isinstance(node, dict) or key not in node:
+                break
+            node = node[key]
+        if isinstance(node, dict):
+            node[path[-1]] = garbage
+    else:
+        data = garbage
+    topo = machine({0: (3 * GB, 1), 1: (3 * GB, 1)})
+    with contextlib.suppress(MemoryStateError):
+        MemoryManager.from_dict(topo, reserved(0, 1), {"machineState": data})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 5), st.integers(0, 3), st.integers(1, 6)),
+        max_size=12,
+    )
+)
+def test_state_restores_after_any_allocate_and_remove_sequence(
+    ops: list[tuple[bool, int, int, int]],
+) -> None:
+    """After any mix of single- and cross-NUMA allocations (each on one of the hints the memory
+    manager offers, as a topology manager with this provider alone would pick) and removals,
+    the saved state restores to the same machine state (the restart refusal fixed with the
+    group-sum comparison).
+
+    Hints from other providers are left out on purpose: a merged single-node hint on a node
+    that sits in a cross-NUMA group is allowed by ``Allocate`` but leaves that node's group
+    different from what the remaining blocks give, and the kubelet's ``validateState`` (and so
+    ours) then refuses the state."""
+    topo = machine({0: (3 * GB, 1), 1: (3 * GB, 1)})
+    cfg = reserved(0, 1)
+    mm = MemoryManager(topo, cfg)
+    for add, uid, pick, half_gigs in ops:
+        if add:
+            p = PodSpec(uid=f"p{uid}", containers=(exclusive("c", half_gigs * GB // 2),))
+            hints = mm.get_topology_hints(p, p.containers[0])
+            offered = hints.get(MEM) if hints else None
+            if not offered:
+                continue
+            mm.allocate(p, p.containers[0], offered[pick % len(offered)])
+        else:
+            mm.remove_container(f"p{uid}", "c")
+        restored = MemoryManager.from_dict(topo, cfg, mm.to_dict())
+        assert restored.machine_state == mm.machine_state
+
+
+def test_single_node_hint_inside_a_cross_numa_group_is_refused_on_restart_like_the_kubelet() -> (
+    None
+):
+    """Kubelet-exact hazard, kept: ``Allocate`` accepts a single-node hint on a node of a
+    cross-NUMA group (its violation check looks at multi-node hints only); once that container
+    leaves, the node keeps the single-node group while the remaining cross-NUMA block says
+    otherwise, and ``validateState`` refuses the state."""
+    topo = machine({0: (3 * GB, 1), 1: (3 * GB, 1)})
+    cfg = reserved(0, 1)
+    mm = MemoryManager(topo, cfg)
+    wide = PodSpec(uid="wide", containers=(exclusive("c", 512 * MB),))
+    narrow = PodSpec(uid="narrow", containers=(exclusive("c", 512 * MB),))
+    mm.allocate(wide, wide.containers[0], TopologyHint(0b11, False))
+    mm.allocate(narrow, narrow.containers[0], TopologyHint(0b01, False))
+    assert mm.machine_state[0].cells == [0] and mm.machine_state[1].cells == [0, 1]
+    mm.remove_container("narrow", "c")
+    with pytest.raises(MemoryStateError, match="expected machine state is different"):
+        MemoryManager.from_dict(topo, cfg, mm.to_dict())
