@@ -2,10 +2,11 @@
 
 Start-up order: logging, topology discovery, the kubelet-conflict check, engine, checkpoint
 restore, metrics HTTP server, PodResources server, the Kubernetes API pod cache and event
-recorder (``[kubernetes] enabled``), NRI stub. ``SIGTERM``/``SIGINT`` stop cleanly;
-``SIGHUP`` re-reads the configuration file and applies ``[log]`` changes live (every other
-change is logged as needing a restart). ``on_ready`` is called each time the plugin is
-registered and synchronized with the runtime (systemd ``READY=1`` by default); a lost
+recorder (``[kubernetes] enabled``), NRI stub; once first registered, the CPU hotplug watcher
+(``nri_plrm.hotplug``, when the kernel's uevent socket can be opened). ``SIGTERM``/``SIGINT``
+stop cleanly; ``SIGHUP`` re-reads the configuration file and applies ``[log]`` changes live
+(every other change is logged as needing a restart). ``on_ready`` is called each time the
+plugin is registered and synchronized with the runtime (systemd ``READY=1`` by default); a lost
 connection is reported as systemd ``STATUS=``, and a systemd watchdog, when armed, is fed from
 the event loop (a stuck loop stops feeding it).
 """
@@ -28,6 +29,7 @@ from nri_plrm.checkpoint.kubelet import check_kubelet_cpu_manager
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.config import Config, ConfigError, diff_configs, load_config, validate_for_topology
 from nri_plrm.engine.engine import Engine
+from nri_plrm.hotplug import HotplugMonitor
 from nri_plrm.metrics import Metrics, MetricsServer
 from nri_plrm.nri.stub import Stub
 from nri_plrm.plugin import Plugin
@@ -36,6 +38,7 @@ from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.sysfs import discover
+from nri_plrm.topology.watch import HotplugEvent, HotplugWatcher, start_hotplug_watcher
 
 log = logging.getLogger("nri_plrm.daemon")
 
@@ -196,8 +199,25 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
                 await asyncio.sleep(0.2)
             notifier.status("connection to the runtime lost; reconnecting")
 
+    hotplug = HotplugMonitor(plugin.pods, topology, config.topology.sysfs_root)
+    watchers: list[HotplugWatcher] = []
+
+    async def on_hotplug(event: HotplugEvent) -> None:
+        await hotplug.handle(event)
+
+    async def watch_hotplug() -> None:
+        # after the first registration, so opening the uevent socket never delays it
+        await stub.ready.wait()
+        watcher = await start_hotplug_watcher(on_hotplug)
+        if watcher is None:
+            return
+        watchers.append(watcher)
+        hotplug.register(metrics.registry)
+        await hotplug.rescan()
+
     announcer = loop.create_task(announce())
     watchdog = loop.create_task(notifier.watchdog_loop())
+    hotplug_start = loop.create_task(watch_hotplug())
     if kube is not None:
         kube.start()
     try:
@@ -205,10 +225,12 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     finally:
         if kube is not None:
             await kube.stop()
-        for task in (announcer, watchdog):
+        for task in (announcer, watchdog, hotplug_start):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for watcher in watchers:
+            await watcher.aclose()
         sdnotify.stopping()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
