@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.request
 from pathlib import Path
 
 import pytest
+from plrm_daemon import running_daemon
 from prometheus_client import CollectorRegistry, generate_latest
 
 from nri_plrm.config import parse_config
@@ -23,7 +25,13 @@ from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import MACHINES
-from nri_plrm.topology.watch import HotplugAction, HotplugEvent, HotplugSubsystem
+from nri_plrm.topology.watch import (
+    HotplugAction,
+    HotplugEvent,
+    HotplugSubsystem,
+    HotplugUnavailableError,
+    HotplugWatcher,
+)
 
 POD_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 GI = 1 << 30
@@ -187,3 +195,53 @@ def test_rescan_at_watch_start_reports_without_counting_an_event(tmp_path: Path)
     assert report is not None and [a.container for a in report.affected] == ["main"]
     assert metric(registry, "nri_plrm_exclusive_cpus_offline") == len(main.cpus)
     assert "nri_plrm_cpu_hotplug_events_total{" not in generate_latest(registry).decode()
+
+
+def uevents_available() -> bool:
+    """Whether this environment lets a process open the kernel's uevent socket."""
+
+    async def probe() -> bool:
+        async def ignore(event: HotplugEvent) -> None:
+            return None
+
+        watcher = HotplugWatcher(ignore)
+        try:
+            await watcher.open()
+        except HotplugUnavailableError:
+            return False
+        watcher.close()
+        return True
+
+    return asyncio.run(probe())
+
+
+def test_daemon_watches_hotplug_where_uevents_can_be_received(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The running daemon applies the rule: its metrics appear once it watches uevents; where
+    the socket cannot be opened it says so and runs without them."""
+    expected = uevents_available()
+
+    async def main() -> None:
+        with caplog.at_level(logging.WARNING):
+            async with running_daemon(tmp_path, POD_SCOPE) as d:
+                deadline = asyncio.get_running_loop().time() + 10
+                while True:
+                    text = await asyncio.to_thread(scrape, d.metrics_url + "/metrics")
+                    exported = "nri_plrm_exclusive_containers_degraded" in text
+                    unavailable = any(
+                        "without CPU/memory hotplug" in r.getMessage() for r in caplog.records
+                    )
+                    if exported or unavailable:
+                        break
+                    assert asyncio.get_running_loop().time() < deadline, "hotplug never started"
+                    await asyncio.sleep(0.05)
+                assert exported is expected
+                assert unavailable is not expected
+
+    asyncio.run(main())
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return str(reply.read().decode())
