@@ -15,10 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nri_plrm.engine.spec_json import container_from_dict as container_from_dict
-from nri_plrm.engine.spec_json import container_to_dict as container_to_dict
-from nri_plrm.engine.spec_json import spec_from_dict as spec_from_dict
-from nri_plrm.engine.spec_json import spec_to_dict as spec_to_dict
+from nri_plrm.engine.spec_json import spec_from_dict, spec_to_dict
 from nri_plrm.engine.types import (
     CPU,
     HUGEPAGES_PREFIX,

@@ -32,6 +32,12 @@ from nri_plrm.checkpoint.kubelet import (
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.engine import Engine
+from nri_plrm.engine.spec_json import (
+    container_from_dict,
+    container_to_dict,
+    spec_from_dict,
+    spec_to_dict,
+)
 from nri_plrm.engine.types import (
     AdmissionError,
     AssignmentType,
@@ -43,15 +49,11 @@ from nri_plrm.engine.types import (
 from nri_plrm.intent import (
     IntentError,
     PodIntent,
-    container_from_dict,
     container_spec,
-    container_to_dict,
     intent_from_dict,
     intent_to_dict,
     pod_identity,
     pod_intent,
-    spec_from_dict,
-    spec_to_dict,
 )
 from nri_plrm.metrics import Metrics
 from nri_plrm.nri.stub import NRIError
@@ -391,8 +393,10 @@ class Plugin:
         self._compact_urgent = urgent
         self._compact_handle = loop.call_later(delay, self._compact_later)
 
-    def _commit(self, op: Op) -> None:
-        """Make a decision durable before its reply; on failure undo it and fail the request."""
+    def _commit(self, op: Op, *, release: bool = False) -> None:
+        """Make a decision durable before its reply. A failed write undoes a decision and fails
+        the request; a release cannot be undone, so it stays in memory and the journal is marked
+        broken, which makes the next write a full checkpoint that includes it."""
         if self.journal is None:
             self._publish()
             return
@@ -404,26 +408,10 @@ class Plugin:
             self._write(op)
         except (JournalError, CheckpointError) as exc:
             self._checkpoint_metric(False, start)
-            self._records.pop()
-            self._rebuild()
-            raise NRIError(f"decision not applied: {exc}") from exc
-        self._checkpoint_metric(True, start)
-        self._publish()
-        self._maybe_compact()
-
-    def _commit_release(self, op: Op) -> None:
-        """Make a release durable; a failed write keeps it in memory for the next checkpoint."""
-        if self.journal is None:
-            self._publish()
-            return
-        self._records.append(op)
-        if self._batch:
-            return
-        start = time.perf_counter()
-        try:
-            self._write(op)
-        except (JournalError, CheckpointError) as exc:
-            self._checkpoint_metric(False, start)
+            if not release:
+                self._records.pop()
+                self._rebuild()
+                raise NRIError(f"decision not applied: {exc}") from exc
             self.journal.broken = self.journal.broken or f"a release was not written: {exc}"
             self.log.error("release kept in memory until the next checkpoint: %s", exc)
         else:
@@ -742,7 +730,7 @@ class Plugin:
             return []
         before = self.engine.node_shared_pool()
         changes = self._with_node_pool(before, self._do_stop(*key))
-        self._commit_release({"op": "stop", "uid": key[0], "name": key[1]})
+        self._commit({"op": "stop", "uid": key[0], "name": key[1]}, release=True)
         return self._updates(changes, exclude=container.id)
 
     def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None:
@@ -751,7 +739,7 @@ class Plugin:
             return
         before = self.engine.node_shared_pool()
         changes = self._with_node_pool(before, self._do_remove(container.id))
-        self._commit_release({"op": "remove", "cid": container.id})
+        self._commit({"op": "remove", "cid": container.id}, release=True)
         self._schedule(changes)
 
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
@@ -764,7 +752,7 @@ class Plugin:
         before = self.engine.node_shared_pool()
         record, released = self._do_remove_pod(uid)
         changes = self._with_node_pool(before, released)
-        self._commit_release({"op": "remove_pod", "uid": uid})
+        self._commit({"op": "remove_pod", "uid": uid}, release=True)
         if record is not None:
             self.log.info(
                 "pod=%s uid=%s released",

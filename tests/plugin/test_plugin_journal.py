@@ -18,8 +18,9 @@ from nri_plrm.checkpoint.kubelet import decode_cpu_manager_state, decode_memory_
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
 from nri_plrm.engine.engine import Engine
+from nri_plrm.engine.spec_json import spec_from_dict
 from nri_plrm.engine.types import AdmissionError
-from nri_plrm.intent import intent_from_dict, spec_from_dict
+from nri_plrm.intent import intent_from_dict
 from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
 from nri_plrm.manifest import load_manifests
 from nri_plrm.nri.stub import NRIError
