@@ -2,9 +2,9 @@
 
 Every ``.proto`` is compiled with its own directory as the only include path, so each file must be
 self-contained (no imports of other project protos). Output is flat: ``protos/<dir>/<name>.proto``
-becomes ``nri_plrm/proto/<name>_pb2.py`` plus ``<name>_pb2.pyi``. Protos that declare a
-``service`` and do not live in a ttrpc directory (see ``TTRPC_DIRS``) also get a gRPC stub module
-``<name>_pb2_grpc.py`` whose import of its sibling is rewritten to a package-relative import.
+becomes ``nri_plrm/proto/<name>_pb2.py`` plus ``<name>_pb2.pyi``. Services get no generated
+stubs: NRI services are spoken over our own ttrpc codec, and the PodResources server registers
+its methods with grpcio's generic handlers.
 
 Usage: ``python scripts/gen_protos.py [--out DIR]`` (default: ``nri_plrm/proto`` of this repo).
 """
@@ -21,10 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
 DEFAULT_OUT = ROOT / "nri_plrm" / "proto"
 
-# Directories whose services are spoken over ttrpc (our own codec), never over gRPC.
-TTRPC_DIRS = frozenset({"nri", "ttrpc"})
-
-_SERVICE_RE = re.compile(r"^\s*service\s+\w+\s*\{", re.MULTILINE)
 _KEYWORD_DECL_RE = re.compile(r"^\s*(?:None|True|False)\s*:")
 _INIT_TEXT = '"""Generated protobuf modules (do not edit; run scripts/gen_protos.py)."""\n'
 
@@ -41,22 +37,6 @@ def proto_files(root: Path = PROTO_ROOT) -> list[Path]:
             )
         seen[f.stem] = f
     return files
-
-
-def _wants_grpc(proto: Path, root: Path) -> bool:
-    top = proto.relative_to(root).parts[0]
-    return top not in TTRPC_DIRS and bool(_SERVICE_RE.search(proto.read_text(encoding="utf-8")))
-
-
-def _fix_grpc_import(path: Path, stem: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    fixed = re.sub(
-        rf"^import {re.escape(stem)}_pb2 as ",
-        f"from . import {stem}_pb2 as ",
-        text,
-        flags=re.MULTILINE,
-    )
-    path.write_text(fixed, encoding="utf-8")
 
 
 def _fix_pyi_keywords(path: Path) -> None:
@@ -83,19 +63,12 @@ def generate(out: Path, root: Path = PROTO_ROOT) -> list[Path]:
             f"--python_out={out}",
             f"--pyi_out={out}",
         ]
-        grpc = _wants_grpc(proto, root)
-        if grpc:
-            args.append(f"--grpc_python_out={out}")
         args.append(str(proto))
         rc = protoc.main(args)
         if rc != 0:
             raise SystemExit(f"gen_protos: protoc failed with exit code {rc} on {proto}")
         _fix_pyi_keywords(out / f"{proto.stem}_pb2.pyi")
         written += [out / f"{proto.stem}_pb2.py", out / f"{proto.stem}_pb2.pyi"]
-        if grpc:
-            stub = out / f"{proto.stem}_pb2_grpc.py"
-            _fix_grpc_import(stub, proto.stem)
-            written.append(stub)
     init = out / "__init__.py"
     init.write_text(_INIT_TEXT, encoding="utf-8")
     written.append(init)

@@ -97,28 +97,13 @@ def test_optional_wrapper_encoding() -> None:
     )
 
 
-def test_grpc_services_outside_ttrpc_dirs_get_package_relative_stubs(tmp_path: Path) -> None:
+def test_services_get_no_generated_stubs(tmp_path: Path) -> None:
     src = tmp_path / "protos" / "podres"
     src.mkdir(parents=True)
     (src / "toy_api.proto").write_text(
         'syntax = "proto3";\npackage toy;\nmessage Ping { string v = 1; }\n'
         "service Toy { rpc Echo(Ping) returns (Ping); }\n"
     )
-    (tmp_path / "protos" / "nri").mkdir()
-    (tmp_path / "protos" / "nri" / "toy_nri.proto").write_text(
-        'syntax = "proto3";\npackage toynri;\nmessage P { string v = 1; }\n'
-        "service S { rpc M(P) returns (P); }\n"
-    )
     out = tmp_path / "out"
     written = {p.name for p in _gen_module().generate(out, tmp_path / "protos")}
-    assert written == {
-        "__init__.py",
-        "toy_api_pb2.py",
-        "toy_api_pb2.pyi",
-        "toy_api_pb2_grpc.py",
-        "toy_nri_pb2.py",
-        "toy_nri_pb2.pyi",
-    }
-    stub = (out / "toy_api_pb2_grpc.py").read_text()
-    assert "from . import toy_api_pb2 as" in stub
-    assert "\nimport toy_api_pb2" not in stub
+    assert written == {"__init__.py", "toy_api_pb2.py", "toy_api_pb2.pyi"}
