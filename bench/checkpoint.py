@@ -25,7 +25,7 @@ from nri_plrm.checkpoint.kubelet import (
 )
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.types import MemoryBlock
+from nri_plrm.engine.spec import MemoryBlock
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from bench.common import main, percentile
 from bench.startup import ROOT, Daemon, daemon_config, write_machine
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.proto import nri_api_pb2 as api
 
 sys.path.insert(0, str(ROOT / "tests" / "support"))

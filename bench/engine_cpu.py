@@ -13,7 +13,7 @@ import time
 
 from bench.common import main, percentile
 from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
-from nri_plrm.engine.types import ContainerSpec, PodSpec, TopologyHint
+from nri_plrm.engine.spec import ContainerSpec, PodSpec, TopologyHint
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.model import Topology
 

@@ -38,7 +38,7 @@ def serve_plugin(socket_path: str, state_dir: str) -> None:
     """Run the plugin behind the stub until the runtime goes away (child process)."""
     from nri_plrm.checkpoint.store import CheckpointStore
     from nri_plrm.config import parse_config
-    from nri_plrm.engine.engine import Engine
+    from nri_plrm.engine.facade import Engine
     from nri_plrm.nri.stub import Stub
     from nri_plrm.plugin import Plugin
     from nri_plrm.topology.synthetic import synthetic_topology
@@ -59,7 +59,7 @@ def serve_plugin(socket_path: str, state_dir: str) -> None:
 
 
 def pod_level(i: int, shared: int) -> object:
-    from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
+    from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 
     one = {"cpu": 1000, "memory": GI}
     budget = {"cpu": 2000, "memory": 2 * GI}
@@ -75,7 +75,7 @@ def pod_level(i: int, shared: int) -> object:
 
 
 def best_effort(i: int) -> object:
-    from nri_plrm.engine.types import ContainerSpec, PodSpec
+    from nri_plrm.engine.spec import ContainerSpec, PodSpec
 
     return PodSpec(uid=f"bench-be-{i}", name=f"bench-be-{i}", containers=(ContainerSpec("c"),))
 

@@ -14,12 +14,12 @@ import grpc
 
 from bench.common import main, percentile
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.types import AssignmentType, ContainerAssignment, MemoryBlock
+from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, MemoryBlock
+from nri_plrm.ledger.view import ContainerView, PodView, StaticView
 from nri_plrm.metrics import Metrics
 from nri_plrm.podresources import report
-from nri_plrm.podresources.ratelimit import TokenBucket
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService
-from nri_plrm.podresources.view import ContainerView, PodView, StaticView
+from nri_plrm.ratelimit import TokenBucket
 from nri_plrm.topology.synthetic import synthetic_topology
 
 PODS = 500

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench.common import main
 from bench.startup import ROOT, Daemon, daemon_config, write_machine
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 

@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from bench.common import main, percentile
 from nri_plrm.topology.fakesysfs import write_sysfs
+from nri_plrm.topology.hotplug.watcher import hotplug_event, parse_uevent
 from nri_plrm.topology.machines import SYNTHETIC_1024_SPEC
 from nri_plrm.topology.synthetic import describe, load_topology, synthetic_topology
 from nri_plrm.topology.sysfs import discover
-from nri_plrm.topology.watch import hotplug_event, parse_uevent
 
 _UEVENT = (
     b"offline@/devices/system/cpu/cpu37\x00ACTION=offline\x00DEVPATH=/devices/system/cpu/cpu37"

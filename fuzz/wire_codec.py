@@ -32,8 +32,8 @@ with atheris.instrument_imports():
     from google.protobuf.message import DecodeError
     from nrisim.capture import REQUEST_TYPES
 
-    from nri_plrm.intent import IntentError, container_spec, pod_intent
     from nri_plrm.proto import nri_api_pb2 as api
+    from nri_plrm.translate.nri_to_pod import IntentError, container_spec, pod_intent
     from nri_plrm.ttrpc.codec import (
         MAX_FRAME_LEN,
         MAX_MESSAGE_LEN,

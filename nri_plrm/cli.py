@@ -351,9 +351,9 @@ def topology_table(data: dict[str, Any]) -> str:
 
 def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     """``simulate MANIFEST...``."""
-    from nri_plrm.manifest import ManifestError
     from nri_plrm.simulate import simulate
     from nri_plrm.topology.synthetic import DEFAULT_SPEC
+    from nri_plrm.translate.manifest_to_pod import ManifestError
 
     config = _load(args.config)
     topology = _machine(args, config, DEFAULT_SPEC)

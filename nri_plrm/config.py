@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from nri_plrm.cpuset import CPUSet, CPUSetError
 from nri_plrm.engine.cpu_manager import CPUManagerConfig
-from nri_plrm.engine.engine import EngineConfig
+from nri_plrm.engine.facade import EngineConfig
 from nri_plrm.engine.memory_manager import MemoryManagerConfig
 from nri_plrm.engine.topology_manager import TopologyManagerConfig
 from nri_plrm.quantity import QuantityError, format_bytes, memory_bytes

@@ -1,14 +1,14 @@
 """``nri-plrm run``: topology, engine, checkpoint, metrics, PodResources and the NRI stub, wired.
 
-Start-up order: logging, topology discovery, the kubelet-conflict check, engine, checkpoint
-restore, metrics HTTP server, PodResources server, the Kubernetes API pod cache and event
-recorder (``[kubernetes] enabled``), NRI stub; once first registered, the CPU hotplug watcher
-(``nri_plrm.hotplug``, when the kernel's uevent socket can be opened). ``SIGTERM``/``SIGINT``
-stop cleanly; ``SIGHUP`` re-reads the configuration file and applies ``[log]`` changes live
-(every other change is logged as needing a restart). ``on_ready`` is called each time the
-plugin is registered and synchronized with the runtime (systemd ``READY=1`` by default); a lost
-connection is reported as systemd ``STATUS=``, and a systemd watchdog, when armed, is fed from
-the event loop (a stuck loop stops feeding it).
+Start-up order: logging, topology discovery, the kubelet-conflict check, engine, checkpoint restore,
+metrics HTTP server, PodResources server, the Kubernetes API pod cache and event recorder
+(``[kubernetes] enabled``), NRI stub; once first registered, the CPU hotplug watcher
+(``nri_plrm.topology.hotplug.monitor``, when the kernel's uevent socket can be opened).
+``SIGTERM``/``SIGINT`` stop cleanly; ``SIGHUP`` re-reads the configuration file and applies
+``[log]`` changes live (every other change is logged as needing a restart). ``on_ready`` is called
+each time the plugin is registered and synchronized with the runtime (systemd ``READY=1`` by
+default); a lost connection is reported as systemd ``STATUS=``, and a systemd watchdog, when armed,
+is fed from the event loop (a stuck loop stops feeding it).
 """
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ from nri_plrm import sdnotify
 from nri_plrm.checkpoint.kubelet import check_kubelet_cpu_manager
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.config import Config, ConfigError, diff_configs, load_config, validate_for_topology
-from nri_plrm.engine.engine import Engine
-from nri_plrm.hotplug import HotplugMonitor
+from nri_plrm.engine.facade import Engine
 from nri_plrm.metrics import Metrics, MetricsServer
 from nri_plrm.nri.stub import Stub
 from nri_plrm.plugin import Plugin
 from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
+from nri_plrm.topology.hotplug.monitor import HotplugMonitor
+from nri_plrm.topology.hotplug.watcher import HotplugEvent, HotplugWatcher, start_hotplug_watcher
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.sysfs import discover
-from nri_plrm.topology.watch import HotplugEvent, HotplugWatcher, start_hotplug_watcher
 
 log = logging.getLogger("nri_plrm.daemon")
 

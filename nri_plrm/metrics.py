@@ -24,12 +24,12 @@ from prometheus_client import (
 
 from nri_plrm import __version__ as VERSION
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     AssignmentType,
     ContainerAssignment,
 )
-from nri_plrm.podresources.view import PodResourcesView, reported_containers
+from nri_plrm.ledger.view import PodResourcesView, reported_containers
 from nri_plrm.topology.model import Topology
 
 SOURCES = ("pod", "node")

@@ -31,14 +31,8 @@ from nri_plrm.checkpoint.kubelet import (
 )
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.spec_json import (
-    container_from_dict,
-    container_to_dict,
-    spec_from_dict,
-    spec_to_dict,
-)
-from nri_plrm.engine.types import (
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import (
     AdmissionError,
     AssignmentType,
     ContainerAssignment,
@@ -46,7 +40,18 @@ from nri_plrm.engine.types import (
     MemoryBlock,
     PodSpec,
 )
-from nri_plrm.intent import (
+from nri_plrm.engine.spec_json import (
+    container_from_dict,
+    container_to_dict,
+    spec_from_dict,
+    spec_to_dict,
+)
+from nri_plrm.ledger.view import ContainerView, PodView
+from nri_plrm.metrics import Metrics
+from nri_plrm.nri.stub import NRIError
+from nri_plrm.podsource.base import PodEventSink, PodSpecSource
+from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.translate.nri_to_pod import (
     IntentError,
     PodIntent,
     container_spec,
@@ -55,11 +60,6 @@ from nri_plrm.intent import (
     pod_identity,
     pod_intent,
 )
-from nri_plrm.metrics import Metrics
-from nri_plrm.nri.stub import NRIError
-from nri_plrm.podresources.view import ContainerView, PodView
-from nri_plrm.podsource.base import PodEventSink, PodSpecSource
-from nri_plrm.proto import nri_api_pb2 as api
 
 CHECKPOINT_LAYOUT = 1
 """Version of the plugin's part of the checkpoint ``data`` (the store versions the file)."""

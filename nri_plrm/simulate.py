@@ -1,7 +1,7 @@
 """``nri-plrm simulate``: the dry run through the daemon's own code path.
 
 For each pod, in the order given, the kubelet translation builds the NRI messages containerd
-would send (``nri_plrm.kubelet_translation``), and the real :class:`nri_plrm.plugin.Plugin`
+would send (``nri_plrm.translate.pod_to_cri``), and the real :class:`nri_plrm.plugin.Plugin`
 handlers answer them against an in-memory runtime:
 
 1. ``RunPodSandbox``: the plugin admits the pod (it has the manifests through a
@@ -34,15 +34,8 @@ from typing import Any
 
 from nri_plrm.config import Config, validate_for_topology
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.engine import Engine, EngineConfig
-from nri_plrm.engine.types import AdmissionError, ContainerKind, PodSpec
-from nri_plrm.kubelet_translation import (
-    creation_order,
-    machine_page_sizes,
-    nri_container,
-    nri_pod_sandbox,
-)
-from nri_plrm.manifest import load_manifests
+from nri_plrm.engine.facade import Engine, EngineConfig
+from nri_plrm.engine.spec import AdmissionError, ContainerKind, PodSpec
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
@@ -50,6 +43,13 @@ from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.quantity import format_bytes
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.synthetic import describe
+from nri_plrm.translate.manifest_to_pod import load_manifests
+from nri_plrm.translate.pod_to_cri import (
+    creation_order,
+    machine_page_sizes,
+    nri_container,
+    nri_pod_sandbox,
+)
 
 REJECTED_AT_CREATE = "CreateContainerError"
 """Reason shown when the runtime refused a container after the pod was admitted."""
@@ -233,7 +233,7 @@ def simulate(
 ) -> SimulationResult:
     """Dry-run the pods of the manifests on ``topology`` with ``config`` (defaults if None).
 
-    Raises ``nri_plrm.manifest.ManifestError`` for bad manifests and
+    Raises ``nri_plrm.translate.manifest_to_pod.ManifestError`` for bad manifests and
     ``nri_plrm.config.ConfigError`` when the config does not fit the machine.
     """
     return simulate_pods(load_manifests(manifest_paths), topology, config)

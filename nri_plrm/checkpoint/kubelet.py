@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from nri_plrm.checkpoint.atomic import write_atomic
 from nri_plrm.cpuset import CPUSet, CPUSetError
-from nri_plrm.engine.types import MemoryBlock
+from nri_plrm.engine.spec import MemoryBlock
 
 CPU_MANAGER_STATE_FILE = "cpu_manager_state"
 MEMORY_MANAGER_STATE_FILE = "memory_manager_state"

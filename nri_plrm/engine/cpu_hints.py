@@ -15,8 +15,8 @@ from itertools import combinations, compress
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_assignment import TopologyIndex, topology_index
+from nri_plrm.engine.spec import TopologyHint
 from nri_plrm.engine.topology_manager import HintList
-from nri_plrm.engine.types import TopologyHint
 from nri_plrm.topology.model import Topology
 
 

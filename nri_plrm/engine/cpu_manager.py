@@ -49,8 +49,7 @@ from nri_plrm.engine.cpu_requests import (
     qualifies_for_exclusive_cpus,
     validate_pod_scope_resources,
 )
-from nri_plrm.engine.topology_manager import HintList
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
     SMT_ALIGNMENT_ERROR,
@@ -62,6 +61,7 @@ from nri_plrm.engine.types import (
     TopologyHint,
     unexpected,
 )
+from nri_plrm.engine.topology_manager import HintList
 from nri_plrm.topology.model import Topology
 
 POLICY_STATIC = "static"

@@ -10,7 +10,7 @@ limit of the same resource (for containers and for pod-level resources alike).
 
 from __future__ import annotations
 
-from nri_plrm.engine.types import CPU, MEMORY, ContainerSpec, PodSpec, ResourceList
+from nri_plrm.engine.spec import CPU, MEMORY, ContainerSpec, PodSpec, ResourceList
 
 QOS_GUARANTEED = "Guaranteed"
 QOS_BURSTABLE = "Burstable"

@@ -27,8 +27,7 @@ from nri_plrm.engine.cpu_requests import (
     is_container_equivalent_guaranteed,
     pod_qos,
 )
-from nri_plrm.engine.topology_manager import HintList
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     MEMORY,
     AdmissionError,
@@ -41,6 +40,7 @@ from nri_plrm.engine.types import (
     is_memory_resource,
     unexpected,
 )
+from nri_plrm.engine.topology_manager import HintList
 from nri_plrm.topology.model import Topology
 
 POLICY_NONE = "None"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 
 INIT_CONTAINERS_KEY = "init_containers"
 """Default key of a pod's init containers; the engine snapshot uses ``initContainers``."""

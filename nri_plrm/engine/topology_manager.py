@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nri_plrm.engine.bitmask import mask_of
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     TOPOLOGY_AFFINITY_ERROR,
     AdmissionError,
     ContainerSpec,

@@ -9,8 +9,8 @@ reply so device consumers keep working when pointed at this endpoint.
 
 from __future__ import annotations
 
-from nri_plrm.engine.types import AssignmentType, ContainerAssignment, MemoryBlock
-from nri_plrm.podresources.view import (
+from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, MemoryBlock
+from nri_plrm.ledger.view import (
     ContainerView,
     PodResourcesView,
     PodView,

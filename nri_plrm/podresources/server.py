@@ -28,11 +28,11 @@ import grpc
 from google.protobuf.message import Message
 
 from nri_plrm.config import PodResourcesSettings
+from nri_plrm.ledger.view import PodResourcesView, PodView, find_pod
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
-from nri_plrm.podresources.ratelimit import TokenBucket
-from nri_plrm.podresources.view import PodResourcesView, PodView, find_pod
 from nri_plrm.proto import podresources_api_pb2 as pb
+from nri_plrm.ratelimit import TokenBucket
 
 SERVICE_NAME = "v1.PodResourcesLister"
 RATE_LIMIT_MESSAGE = "rejected by rate limit"

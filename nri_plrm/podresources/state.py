@@ -22,9 +22,9 @@ from nri_plrm.checkpoint.store import (
 )
 from nri_plrm.config import Config
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.ledger.view import PodResourcesView, reported_containers
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
-from nri_plrm.podresources.view import PodResourcesView, reported_containers
 from nri_plrm.proto import podresources_api_pb2 as pb
 from nri_plrm.quantity import format_bytes
 from nri_plrm.topology.model import Topology
@@ -55,7 +55,7 @@ def read_checkpoint(directory: str) -> dict[str, Any]:
 def from_checkpoint(directory: str, topology: Topology, config: Config) -> dict[str, Any]:
     """The checkpoint in ``directory`` restored into a throw-away plugin, as a view."""
     data = read_checkpoint(directory)
-    from nri_plrm.engine.engine import Engine
+    from nri_plrm.engine.facade import Engine
     from nri_plrm.plugin import Plugin
 
     plugin = Plugin(Engine(topology, config.engine_config()))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from nri_plrm.engine.types import PodSpec
+from nri_plrm.engine.spec import PodSpec
 
 
 class PodSpecSource(Protocol):

@@ -1,11 +1,11 @@
 """A Pod object from the Kubernetes API to the ``PodSpec`` the engine decides on.
 
-The conversion is the manifest reader's (``nri_plrm.manifest.pod_from_object``); this module
-only adapts API objects to it: list items carry no ``kind``/``apiVersion``, fields that do not
-change resource decisions but that the manifest reader refuses (a regular container's
-``restartPolicy``, container restart rules) are dropped, and a static pod's mirror is keyed by
-the uid the kubelet gives the real pod (the ``kubernetes.io/config.mirror`` annotation), which is
-the uid the runtime reports in ``RunPodSandbox``.
+The conversion is the manifest reader's (``nri_plrm.translate.manifest_to_pod.pod_from_object``);
+this module only adapts API objects to it: list items carry no ``kind``/``apiVersion``, fields that
+do not change resource decisions but that the manifest reader refuses (a regular container's
+``restartPolicy``, container restart rules) are dropped, and a static pod's mirror is keyed by the
+uid the kubelet gives the real pod (the ``kubernetes.io/config.mirror`` annotation), which is the
+uid the runtime reports in ``RunPodSandbox``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from nri_plrm.engine.types import PodSpec
-from nri_plrm.manifest import ManifestError, pod_from_object
+from nri_plrm.engine.spec import PodSpec
+from nri_plrm.translate.manifest_to_pod import ManifestError, pod_from_object
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 """On a static pod's mirror: the uid of the static pod the kubelet runs."""

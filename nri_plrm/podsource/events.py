@@ -22,7 +22,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event
 
 from nri_plrm.metrics import Metrics
-from nri_plrm.podresources.ratelimit import TokenBucket
+from nri_plrm.ratelimit import TokenBucket
 
 COMPONENT = "nri-plrm"
 """``source.component`` and ``reportingComponent`` of every Event."""

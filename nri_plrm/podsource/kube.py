@@ -26,7 +26,7 @@ from lightkube import ALL_NS, AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
-from nri_plrm.engine.types import PodSpec
+from nri_plrm.engine.spec import PodSpec
 from nri_plrm.metrics import Metrics
 from nri_plrm.podsource.convert import PodObjectError, pod_key, pod_spec_from_api
 

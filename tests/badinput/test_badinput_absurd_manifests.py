@@ -15,11 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nri_plrm.config import parse_config
-from nri_plrm.manifest import ManifestError
 from nri_plrm.quantity import QuantityError, cpu_millis, memory_bytes
 from nri_plrm.simulate import SimulatedPod, simulate
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.synthetic import with_memory
+from nri_plrm.translate.manifest_to_pod import ManifestError
 
 MACHINE = with_memory(MACHINES["default"], {"memory": 16 << 30, "hugepages-2Mi": 1 << 30})
 CONFIG = parse_config('[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n')

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
-from nri_plrm.engine.engine import Engine
+from nri_plrm.engine.facade import Engine
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.proto import nri_api_pb2 as api

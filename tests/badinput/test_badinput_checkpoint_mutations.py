@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
-from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 
 POD_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 MACHINE = MACHINES["default"]

@@ -32,7 +32,7 @@ from nri_plrm.checkpoint.kubelet import (
     write_kubelet_state,
 )
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.types import MemoryBlock
+from nri_plrm.engine.spec import MemoryBlock
 
 P = CPUSet.parse
 
@@ -534,7 +534,7 @@ def test_export_of_engine_managers_round_trips() -> None:
     from nri_plrm.checkpoint.kubelet import cpu_state_from_manager, memory_state_from_manager
     from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
     from nri_plrm.engine.memory_manager import MemoryManager, MemoryManagerConfig
-    from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec, TopologyHint
+    from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec, TopologyHint
     from nri_plrm.topology.synthetic import DEFAULT_SPEC, synthetic_topology
 
     topo = synthetic_topology(DEFAULT_SPEC)

@@ -13,9 +13,9 @@ import pytest
 
 from nri_plrm.cli import build_parser, main
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.types import AssignmentType, ContainerAssignment, MemoryBlock
+from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, MemoryBlock
+from nri_plrm.ledger.view import ContainerView, PodView, StaticView
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService
-from nri_plrm.podresources.view import ContainerView, PodView, StaticView
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = "sockets=2,numa_per_socket=2,cores_per_numa=8,threads_per_core=2,memory_per_numa=16Gi"

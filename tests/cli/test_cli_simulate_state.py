@@ -17,10 +17,10 @@ from plrm_harness import serve
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.cli import main
 from nri_plrm.config import Config
-from nri_plrm.engine.engine import Engine
-from nri_plrm.manifest import load_manifests
+from nri_plrm.engine.facade import Engine
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_topology
+from nri_plrm.translate.manifest_to_pod import load_manifests
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -13,10 +13,9 @@ from seed_pods import GI, pod_scope_mixed, seed_config, seed_topology
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_manager import CPUManagerConfig
-from nri_plrm.engine.engine import Engine, EngineConfig, EngineStateError
+from nri_plrm.engine.facade import Engine, EngineConfig, EngineStateError
 from nri_plrm.engine.memory_manager import MemoryManagerConfig
-from nri_plrm.engine.topology_manager import TopologyManagerConfig
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     UNEXPECTED_ADMISSION_ERROR,
     AdmissionError,
     AssignmentType,
@@ -25,6 +24,7 @@ from nri_plrm.engine.types import (
     MemoryBlock,
     PodSpec,
 )
+from nri_plrm.engine.topology_manager import TopologyManagerConfig
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.synthetic import with_memory
 

@@ -26,7 +26,7 @@ from nri_plrm.engine.memory_manager import (
     MemoryTable,
     NodeState,
 )
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     UNEXPECTED_ADMISSION_ERROR,
     AdmissionError,

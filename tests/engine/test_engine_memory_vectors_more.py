@@ -41,7 +41,7 @@ from nri_plrm.engine.memory_manager import (
     MemoryTable,
     NodeState,
 )
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     ContainerKind,
     ContainerSpec,
     MemoryBlock,

@@ -27,8 +27,8 @@ import pytest
 from seed_pods import GI, SEED_PODS, seed_config, seed_topology
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.types import (
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     TOPOLOGY_AFFINITY_ERROR,
     AdmissionError,

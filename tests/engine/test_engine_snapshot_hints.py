@@ -11,7 +11,7 @@ import pytest
 from seed_pods import pod_scope_mixed, seed_config, seed_topology
 
 from nri_plrm.engine.bitmask import MAX_NUMA_NODES, mask_of
-from nri_plrm.engine.engine import Engine, EngineStateError
+from nri_plrm.engine.facade import Engine, EngineStateError
 
 
 def _snapshot() -> dict[str, Any]:

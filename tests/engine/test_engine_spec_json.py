@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.engine.spec_json import (
     container_from_dict,
     container_to_dict,
     spec_from_dict,
     spec_to_dict,
 )
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
 
 _names = st.text(st.characters(codec="utf-8"), max_size=12)
 _resources = st.dictionaries(

@@ -40,6 +40,14 @@ import pytest
 
 from nri_plrm.engine.bitmask import bits, count, is_narrower_than, iterate_bitmasks, mask_of
 from nri_plrm.engine.bitmask import mask_string as s
+from nri_plrm.engine.spec import (
+    TOPOLOGY_AFFINITY_ERROR,
+    AdmissionError,
+    ContainerSpec,
+    HintMap,
+    PodSpec,
+    TopologyHint,
+)
 from nri_plrm.engine.topology_manager import (
     POLICY_BEST_EFFORT,
     POLICY_NONE,
@@ -54,14 +62,6 @@ from nri_plrm.engine.topology_manager import (
     filter_single_numa_hints,
     merge_hints,
     merged_hint_rank,
-)
-from nri_plrm.engine.types import (
-    TOPOLOGY_AFFINITY_ERROR,
-    AdmissionError,
-    ContainerSpec,
-    HintMap,
-    PodSpec,
-    TopologyHint,
 )
 from nri_plrm.topology.model import CPUInfo, Topology
 

@@ -25,6 +25,14 @@ from nri_plrm.engine.bitmask import (
     mask_of,
     mask_string,
 )
+from nri_plrm.engine.spec import (
+    TOPOLOGY_AFFINITY_ERROR,
+    AdmissionError,
+    ContainerSpec,
+    HintMap,
+    PodSpec,
+    TopologyHint,
+)
 from nri_plrm.engine.topology_manager import (
     POLICY_BEST_EFFORT,
     POLICY_RESTRICTED,
@@ -35,14 +43,6 @@ from nri_plrm.engine.topology_manager import (
     filter_providers_hints,
     filter_single_numa_hints,
     max_of_min_affinity_counts,
-)
-from nri_plrm.engine.types import (
-    TOPOLOGY_AFFINITY_ERROR,
-    AdmissionError,
-    ContainerSpec,
-    HintMap,
-    PodSpec,
-    TopologyHint,
 )
 from nri_plrm.topology.model import CPUInfo, Topology
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_assignment import CPUAllocationError, TakeOptions, take_by_topology
 from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig, CPUStateError
-from nri_plrm.engine.types import AdmissionError, ContainerKind, PodSpec, TopologyHint
+from nri_plrm.engine.spec import AdmissionError, ContainerKind, PodSpec, TopologyHint
 from nri_plrm.topology.machines import MACHINES
 
 MACHINE = MACHINES["topoDualSocketMultiNumaPerSocketHT"]

@@ -12,7 +12,7 @@ from cpu_pods import container, pod_level
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     AdmissionError,
     AssignmentType,

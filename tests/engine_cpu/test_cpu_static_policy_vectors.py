@@ -18,7 +18,7 @@ from nri_plrm.engine.cpu_manager import (
     CPUManagerConfigError,
     CPUStateError,
 )
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     SMT_ALIGNMENT_ERROR,
     UNEXPECTED_ADMISSION_ERROR,
     AdmissionError,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_hints import generate_cpu_hints
 from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
-from nri_plrm.engine.types import ContainerKind, PodSpec, TopologyHint
+from nri_plrm.engine.spec import ContainerKind, PodSpec, TopologyHint
 from nri_plrm.topology.machines import MACHINES
 
 P = CPUSet.parse

@@ -24,7 +24,7 @@ from nrisim import NRISimulator
 from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.ttrpc.messages import TtrpcError
 
 GI = 1 << 30

@@ -1,8 +1,8 @@
 """A CPU going offline under an exclusive allocation (issue 7, fault 1): reported, metered and
-handled by the documented rule (``nri_plrm.hotplug``, docs/security.md): assignments are kept,
-every degraded exclusive container is named, the gauges follow the live state, and the CPU
-coming back clears it all. The machine is a real sysfs tree whose ``cpu/online`` file changes
-as the kernel's would.
+handled by the documented rule (``nri_plrm.topology.hotplug.monitor``, docs/security.md):
+assignments are kept, every degraded exclusive container is named, the gauges follow the live state,
+and the CPU coming back clears it all. The machine is a real sysfs tree whose ``cpu/online`` file
+changes as the kernel's would.
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from nri_plrm.config import parse_config
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
-from nri_plrm.hotplug import HotplugMonitor
-from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.fakesysfs import write_sysfs
-from nri_plrm.topology.machines import MACHINES
-from nri_plrm.topology.watch import (
+from nri_plrm.topology.hotplug.monitor import HotplugMonitor
+from nri_plrm.topology.hotplug.watcher import (
     HotplugAction,
     HotplugEvent,
     HotplugSubsystem,
     HotplugUnavailableError,
     HotplugWatcher,
 )
+from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 
 POD_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 GI = 1 << 30
@@ -99,7 +99,7 @@ def test_cpu_offline_under_an_exclusive_slice(
 
     async def main_flow() -> None:
         set_online(root, MACHINE.all_cpus - CPUSet([victim]))
-        with caplog.at_level(logging.INFO, logger="nri_plrm.hotplug"):
+        with caplog.at_level(logging.INFO, logger="nri_plrm.topology.hotplug.monitor"):
             report = await monitor.handle(cpu_event(HotplugAction.OFFLINE, victim))
         assert report is not None
         assert report.offline == CPUSet([victim])
@@ -116,13 +116,13 @@ def test_cpu_offline_under_an_exclusive_slice(
         assert metric(registry, "nri_plrm_cpu_hotplug_events_total") == 1
         # the same event again reports nothing new
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="nri_plrm.hotplug"):
+        with caplog.at_level(logging.WARNING, logger="nri_plrm.topology.hotplug.monitor"):
             await monitor.handle(cpu_event(HotplugAction.OFFLINE, victim))
         assert not caplog.records
 
         # back online: all clear
         set_online(root, MACHINE.all_cpus)
-        with caplog.at_level(logging.INFO, logger="nri_plrm.hotplug"):
+        with caplog.at_level(logging.INFO, logger="nri_plrm.topology.hotplug.monitor"):
             report = await monitor.handle(cpu_event(HotplugAction.ONLINE, victim))
         assert report is not None and report.affected == () and report.offline == CPUSet()
         assert any("online again" in r.getMessage() for r in caplog.records)
@@ -171,7 +171,7 @@ def test_unreadable_tree_keeps_the_last_view(
     (root / "devices" / "system" / "cpu" / "online").write_text("garbage\n")
 
     async def flow() -> None:
-        with caplog.at_level(logging.ERROR, logger="nri_plrm.hotplug"):
+        with caplog.at_level(logging.ERROR, logger="nri_plrm.topology.hotplug.monitor"):
             assert await monitor.handle(cpu_event(HotplugAction.OFFLINE, 3)) is None
         assert monitor.online == MACHINE.all_cpus
         assert any("cannot rediscover" in r.getMessage() for r in caplog.records)

@@ -16,11 +16,11 @@ from plrm_harness import serve
 from plrm_invariants import check
 
 from nri_plrm.config import ConfigError, parse_config
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
-from nri_plrm.kubelet_translation import creation_order
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.pod_to_cri import creation_order
 
 POD_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 GI = 1 << 30

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
-from nri_plrm.manifest import (
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.translate.manifest_to_pod import (
     ManifestError,
     aggregate_requests,
     derived_uid,

@@ -10,15 +10,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     TOPOLOGY_AFFINITY_ERROR,
     AssignmentType,
     ContainerAssignment,
     MemoryBlock,
 )
+from nri_plrm.ledger.view import ContainerView, PodView, StaticView
 from nri_plrm.metrics import Metrics, MetricsServer, parse_address
-from nri_plrm.podresources.view import ContainerView, PodView, StaticView
 from nri_plrm.topology.model import CPUInfo, Topology
 
 GI = 1024**3

@@ -15,12 +15,12 @@ from plrm_harness import serve
 from prometheus_client.parser import text_string_to_metric_families
 
 from nri_plrm.config import parse_config
-from nri_plrm.engine.engine import Engine
-from nri_plrm.manifest import load_manifests
+from nri_plrm.engine.facade import Engine
 from nri_plrm.metrics import Metrics, MetricsServer
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
 from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_topology
+from nri_plrm.translate.manifest_to_pod import load_manifests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

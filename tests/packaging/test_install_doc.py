@@ -25,7 +25,7 @@ from plrm_daemon import Running, running_daemon
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.config import parse_config
-from nri_plrm.manifest import load_manifests
+from nri_plrm.translate.manifest_to_pod import load_manifests
 
 if sys.version_info >= (3, 11):
     import tomllib

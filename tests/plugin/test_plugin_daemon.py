@@ -16,9 +16,9 @@ from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.daemon import JSONFormatter
-from nri_plrm.manifest import load_manifests
 from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.manifest_to_pod import load_manifests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

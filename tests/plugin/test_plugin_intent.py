@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
-from nri_plrm.intent import (
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.translate.nri_to_pod import (
     IntentError,
     PodMode,
     QOSClass,
@@ -16,11 +17,10 @@ from nri_plrm.intent import (
     hugepage_resource,
     pod_intent,
 )
-from nri_plrm.kubelet_translation import milli_cpu_to_quota as quota
-from nri_plrm.kubelet_translation import milli_cpu_to_shares as shares
-from nri_plrm.kubelet_translation import nri_container as container
-from nri_plrm.kubelet_translation import nri_pod_sandbox as sandbox
-from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.translate.pod_to_cri import milli_cpu_to_quota as quota
+from nri_plrm.translate.pod_to_cri import milli_cpu_to_shares as shares
+from nri_plrm.translate.pod_to_cri import nri_container as container
+from nri_plrm.translate.pod_to_cri import nri_pod_sandbox as sandbox
 
 GI = 1 << 30
 SEED_UID = "5eed0000-0000-4000-8000-000000000001"
@@ -224,7 +224,7 @@ def test_fuzz_decoder_never_crashes_unexpectedly(
 
 
 def test_quota_minus_one_is_read_back_as_the_exclusive_request() -> None:
-    from nri_plrm.intent import container_resources
+    from nri_plrm.translate.nri_to_pod import container_resources
 
     ctr = api.Container(id="c", name="db")
     res = ctr.linux.resources

@@ -17,15 +17,15 @@ from nri_plrm.checkpoint.journal import JOURNAL_FILE, DecisionJournal
 from nri_plrm.checkpoint.kubelet import decode_cpu_manager_state, decode_memory_manager_state
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
-from nri_plrm.engine.engine import Engine
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import AdmissionError
 from nri_plrm.engine.spec_json import spec_from_dict
-from nri_plrm.engine.types import AdmissionError
-from nri_plrm.intent import intent_from_dict
-from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
-from nri_plrm.manifest import load_manifests
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.manifest_to_pod import load_manifests
+from nri_plrm.translate.nri_to_pod import intent_from_dict
+from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'

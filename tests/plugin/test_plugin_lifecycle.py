@@ -10,11 +10,11 @@ from plrm_harness import serve
 
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
-from nri_plrm.engine.engine import Engine
-from nri_plrm.kubelet_translation import nri_container, nri_pod_sandbox
-from nri_plrm.manifest import load_manifests
+from nri_plrm.engine.facade import Engine
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.manifest_to_pod import load_manifests
+from nri_plrm.translate.pod_to_cri import nri_container, nri_pod_sandbox
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'

@@ -16,11 +16,11 @@ from plrm_runtime import FakeRuntime
 
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.types import PodSpec
-from nri_plrm.manifest import load_manifests
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import PodSpec
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.manifest_to_pod import load_manifests
 from nri_plrm.ttrpc.messages import TtrpcError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -13,7 +13,7 @@ import pytest
 from plrm_daemon import running_daemon
 from podres_raw import RawPodResourcesClient
 
-from nri_plrm.manifest import load_manifests
+from nri_plrm.translate.manifest_to_pod import load_manifests
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

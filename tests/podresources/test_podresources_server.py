@@ -15,17 +15,17 @@ from podres_raw import RawPodResourcesClient
 
 from nri_plrm.config import PodResourcesSettings
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.types import AssignmentType, ContainerAssignment, ContainerKind, MemoryBlock
+from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, ContainerKind, MemoryBlock
+from nri_plrm.ledger.view import ContainerView, PodView, StaticView
 from nri_plrm.podresources.client import PodResourcesClient
-from nri_plrm.podresources.ratelimit import TokenBucket
 from nri_plrm.podresources.server import (
     PodResourcesServer,
     PodResourcesService,
     SocketInUseError,
     remove_stale_socket,
 )
-from nri_plrm.podresources.view import ContainerView, PodView, StaticView
 from nri_plrm.proto import podresources_api_pb2 as pb
+from nri_plrm.ratelimit import TokenBucket
 
 GI = 1024**3
 

@@ -11,12 +11,12 @@ import pytest
 from nri_plrm.checkpoint.journal import JOURNAL_FILE
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
-from nri_plrm.engine.engine import Engine
-from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
-from nri_plrm.manifest import load_manifests
+from nri_plrm.engine.facade import Engine
 from nri_plrm.plugin import Plugin
 from nri_plrm.podresources.state import StateError, from_checkpoint
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.manifest_to_pod import load_manifests
+from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pod-scope-mixed.yaml"
 CONFIG = parse_config('[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n')

@@ -10,14 +10,14 @@ from fakekube import api_pod, manifest_objects
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.engine.types import ContainerKind, PodSpec
-from nri_plrm.manifest import derived_uid, load_manifests
+from nri_plrm.engine.spec import ContainerKind, PodSpec
 from nri_plrm.podsource.convert import (
     MIRROR_ANNOTATION,
     PodObjectError,
     pod_key,
     pod_spec_from_api,
 )
+from nri_plrm.translate.manifest_to_pod import derived_uid, load_manifests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -12,9 +12,9 @@ from fakekube import FakeKube, free_port, kubeconfig_text, manifest_objects
 from plrm_daemon import running_daemon
 
 from nri_plrm.config import KubernetesSettings
-from nri_plrm.manifest import derived_uid, load_manifests
 from nri_plrm.metrics import Metrics
 from nri_plrm.podsource.access import open_kubernetes
+from nri_plrm.translate.manifest_to_pod import derived_uid, load_manifests
 from nri_plrm.ttrpc.messages import TtrpcError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

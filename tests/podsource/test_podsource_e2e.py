@@ -17,15 +17,15 @@ from plrm_harness import Session, serve
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.types import TOPOLOGY_AFFINITY_ERROR, AdmissionError, PodSpec
-from nri_plrm.manifest import derived_uid, load_manifests
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import TOPOLOGY_AFFINITY_ERROR, AdmissionError, PodSpec
 from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.client import load_kube_config, new_client
 from nri_plrm.podsource.events import EventRecorder
 from nri_plrm.podsource.kube import Backoff, KubePodCache
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.manifest_to_pod import derived_uid, load_manifests
 from nri_plrm.ttrpc.messages import TtrpcError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

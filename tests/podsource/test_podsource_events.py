@@ -12,7 +12,6 @@ import pytest
 from fakekube import FakeKube, kubeconfig_text
 
 from nri_plrm.metrics import Metrics
-from nri_plrm.podresources.ratelimit import TokenBucket
 from nri_plrm.podsource.client import load_kube_config, new_client
 from nri_plrm.podsource.events import (
     MAX_MESSAGE,
@@ -20,6 +19,7 @@ from nri_plrm.podsource.events import (
     PodEvent,
     event_object,
 )
+from nri_plrm.ratelimit import TokenBucket
 
 NODE = "node-a"
 LOGGER = "test.podsource.events"

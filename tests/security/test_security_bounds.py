@@ -18,10 +18,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from nri_plrm.ledger.view import StaticView
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService
-from nri_plrm.podresources.view import StaticView
 from nri_plrm.proto import podresources_api_pb2 as pb
-from nri_plrm.topology.watch import MAX_UEVENT_BYTES, UeventError, parse_uevent
+from nri_plrm.topology.hotplug.watcher import MAX_UEVENT_BYTES, UeventError, parse_uevent
 from nri_plrm.ttrpc.codec import MAX_MESSAGE_LEN, MuxDecoder, ProtocolError
 
 SERVICE = "/v1.PodResourcesLister/"

@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nrisim.capture import capture_dir
 
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
-from nri_plrm.kubelet_translation import (
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.translate.manifest_to_pod import load_manifests
+from nri_plrm.translate.pod_to_cri import (
     CRIResources,
     cgroup_parent,
     container_resources,
@@ -28,8 +30,6 @@ from nri_plrm.kubelet_translation import (
     qos_class,
     sandbox_resources,
 )
-from nri_plrm.manifest import load_manifests
-from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.ttrpc.codec import MuxDecoder
 from nri_plrm.ttrpc.messages import decode_request
 

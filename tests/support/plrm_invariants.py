@@ -5,8 +5,8 @@ from __future__ import annotations
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.types import AssignmentType
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import AssignmentType
 from nri_plrm.proto import nri_api_pb2 as api
 
 EXCLUSIVE = (AssignmentType.NODE_EXCLUSIVE, AssignmentType.POD_EXCLUSIVE)

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
-from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 from nri_plrm.ttrpc.transport import ChannelClosed
 
 ABSENT = (ChannelClosed, TimeoutError, ConnectionError)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nri_plrm.engine.cpu_manager import CPUManagerConfig
-from nri_plrm.engine.engine import EngineConfig
+from nri_plrm.engine.facade import EngineConfig
 from nri_plrm.engine.memory_manager import MemoryManagerConfig
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.engine.topology_manager import TopologyManagerConfig
-from nri_plrm.engine.types import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC, synthetic_topology
 

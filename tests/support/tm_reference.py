@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import product
 
-from nri_plrm.engine.types import TopologyHint
+from nri_plrm.engine.spec import TopologyHint
 
 
 def reference_merge(

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.topology.watch import (
+from nri_plrm.topology.hotplug.watcher import (
     HOTPLUG_ACTIONS,
     MAX_CONSECUTIVE_ERRORS,
     HotplugAction,

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.podresources.view import PodView
+from nri_plrm.ledger.view import PodView
+from nri_plrm.topology.hotplug.watcher import HotplugAction, HotplugEvent, HotplugSubsystem
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.sysfs import discover
-from nri_plrm.topology.watch import HotplugAction, HotplugEvent, HotplugSubsystem
 
 log = logging.getLogger(__name__)
 

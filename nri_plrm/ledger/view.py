@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nri_plrm.cpuset import EMPTY, CPUSet
-from nri_plrm.engine.types import ContainerAssignment, ContainerKind, MemoryBlock
+from nri_plrm.engine.spec import ContainerAssignment, ContainerKind, MemoryBlock
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     CPU,
     HUGEPAGES_PREFIX,
     ContainerKind,

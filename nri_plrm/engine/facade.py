@@ -57,20 +57,7 @@ from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.bitmask import mask_of
 from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
 from nri_plrm.engine.memory_manager import MemoryManager, MemoryManagerConfig
-from nri_plrm.engine.spec_json import (
-    container_from_dict,
-    container_to_dict,
-    spec_from_dict,
-    spec_to_dict,
-)
-from nri_plrm.engine.topology_manager import (
-    POLICY_NONE,
-    SCOPE_POD,
-    HintProvider,
-    TopologyManager,
-    TopologyManagerConfig,
-)
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
     MEMORY,
@@ -85,6 +72,19 @@ from nri_plrm.engine.types import (
     PodSpec,
     ResourceList,
     TopologyHint,
+)
+from nri_plrm.engine.spec_json import (
+    container_from_dict,
+    container_to_dict,
+    spec_from_dict,
+    spec_to_dict,
+)
+from nri_plrm.engine.topology_manager import (
+    POLICY_NONE,
+    SCOPE_POD,
+    HintProvider,
+    TopologyManager,
+    TopologyManagerConfig,
 )
 from nri_plrm.topology.model import Topology
 

@@ -15,16 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nri_plrm.engine.spec_json import spec_from_dict, spec_to_dict
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     CPU,
     HUGEPAGES_PREFIX,
     MEMORY,
     ContainerSpec,
     PodSpec,
 )
-from nri_plrm.kubelet_translation import DEFAULT_CPU_PERIOD, MIN_SHARES, SHARES_PER_CPU
+from nri_plrm.engine.spec_json import spec_from_dict, spec_to_dict
 from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.translate.pod_to_cri import DEFAULT_CPU_PERIOD, MIN_SHARES, SHARES_PER_CPU
 
 _PAGE_SIZE = re.compile(r"^([0-9]+)([KMGTP]?)B$")
 

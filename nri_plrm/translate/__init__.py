@@ -1,0 +1,1 @@
+"""Kubernetes <-> NRI translation, one module per direction."""
