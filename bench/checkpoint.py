@@ -91,7 +91,7 @@ def run() -> dict[str, float]:
         _timed(lambda: encode_memory_manager_state(memory), 10), 50
     )
 
-    from nri_plrm.simulate import simulate
+    from nri_plrm.cli.simulate import simulate
     from nri_plrm.topology.synthetic import DEFAULT_SPEC, synthetic_topology
 
     topology = synthetic_topology(DEFAULT_SPEC)

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from bench.common import main, percentile
 from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.hotplug.watcher import hotplug_event, parse_uevent
-from nri_plrm.topology.machines import SYNTHETIC_1024_SPEC
-from nri_plrm.topology.synthetic import describe, load_topology, synthetic_topology
+from nri_plrm.topology.machines import SYNTHETIC_1024_SPEC, load_topology
+from nri_plrm.topology.synthetic import describe, synthetic_topology
 from nri_plrm.topology.sysfs import discover
 
 _UEVENT = (

@@ -38,7 +38,8 @@ from nrisim import NRISimulator  # noqa: E402
 from plrm_runtime import FakeRuntime  # noqa: E402
 
 from nri_plrm.topology.fakesysfs import write_sysfs  # noqa: E402
-from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_topology  # noqa: E402
+from nri_plrm.topology.machines import load_topology  # noqa: E402
+from nri_plrm.topology.synthetic import DEFAULT_SPEC  # noqa: E402
 from nri_plrm.translate.manifest_to_pod import load_manifests  # noqa: E402
 
 INSTALLED = "/usr/bin/nri-plrm"

@@ -1,4 +1,4 @@
-"""Named test machines shared by the engine tests and the benchmarks.
+"""Named test machines shared by the engine tests and the benchmarks, and the machine lookup.
 
 The kubelet's CPU manager test machines (``pkg/kubelet/cm/cpumanager/policy_test.go`` and
 ``topology_hints_test.go``) are reproduced with the kubelet's exact core, socket and NUMA ids,
@@ -16,15 +16,18 @@ Keys are the upstream variable names, plus:
 - ``synthetic1024``: 1,024 CPUs, 4 sockets, 16 NUMA nodes, 512 SMT2 cores, 64Gi per node
   with 512 2Mi and 2 1Gi hugepages per node (:data:`SYNTHETIC_1024_SPEC`).
 
-Machines are built on first access and cached.
+Machines are built on first access and cached. :func:`load_topology` finds a machine by CPU-table
+file, by name here, or by compact spec (the ``--topology`` option of the commands).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Iterator, Mapping
 
-from nri_plrm.topology.model import CPUInfo, Topology
-from nri_plrm.topology.synthetic import DEFAULT_SPEC, synthetic_topology
+from nri_plrm.topology.model import CPUInfo, Topology, TopologyError
+from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_cpu_table, synthetic_topology
 
 SYNTHETIC_1024_SPEC = (
     "sockets=4,numa_per_socket=4,cores_per_numa=32,threads_per_core=2,memory_per_numa=64Gi,"
@@ -240,3 +243,26 @@ class _LazyMachines(Mapping[str, Topology]):
 
 MACHINES: Mapping[str, Topology] = _LazyMachines(_BUILDERS)
 """Named machines, built lazily (see the module documentation for the names)."""
+
+
+def load_topology(spec_or_path: str) -> Topology:
+    """A CPU-table file, a named test machine, or a compact spec (in that order of lookup)."""
+    if os.path.isfile(spec_or_path):
+        try:
+            with open(spec_or_path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TopologyError(f"{spec_or_path}: cannot read the cpu table: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise TopologyError(f"{spec_or_path}: not valid JSON: {exc}") from exc
+        return load_cpu_table(data, spec_or_path)
+    if spec_or_path in MACHINES:
+        return MACHINES[spec_or_path]
+    if "=" not in spec_or_path:
+        if os.sep in spec_or_path or spec_or_path.endswith(".json"):
+            raise TopologyError(f"{spec_or_path}: no such cpu-table file")
+        raise TopologyError(
+            f"topology {spec_or_path!r}: not a cpu-table file, a test machine name "
+            f"({', '.join(MACHINES)}) or a key=value spec such as {DEFAULT_SPEC!r}"
+        )
+    return synthetic_topology(spec_or_path)

@@ -29,15 +29,12 @@ NUMA node in ascending node-id order (a ``{"1": 21}`` map is accepted too); miss
 default to 10 local and 20 remote. Core ids are used as given (the kubelet's test machines
 use ids that are not the lowest CPU id).
 
-:func:`load_topology` takes either: a path to an existing file is read as a CPU table, a name
-of :data:`nri_plrm.topology.machines.MACHINES` returns that machine, anything else is parsed
-as a compact spec.
+The one lookup of a machine by file, name or spec is
+:func:`nri_plrm.topology.machines.load_topology`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -383,31 +380,6 @@ def cpu_table(topology: Topology) -> dict[str, Any]:
 def _memory_items(topology: Topology, node: int) -> list[tuple[str, int]]:
     memory = topology.numa_nodes[node].memory
     return [(name, memory[name]) for name in topology.memory_resources if name in memory]
-
-
-def load_topology(spec_or_path: str) -> Topology:
-    """A CPU-table file, a named test machine, or a compact spec (in that order of lookup)."""
-    if os.path.isfile(spec_or_path):
-        try:
-            with open(spec_or_path, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TopologyError(f"{spec_or_path}: cannot read the cpu table: {exc}") from exc
-        except json.JSONDecodeError as exc:
-            raise TopologyError(f"{spec_or_path}: not valid JSON: {exc}") from exc
-        return load_cpu_table(data, spec_or_path)
-    from nri_plrm.topology.machines import MACHINES
-
-    if spec_or_path in MACHINES:
-        return MACHINES[spec_or_path]
-    if "=" not in spec_or_path:
-        if os.sep in spec_or_path or spec_or_path.endswith(".json"):
-            raise TopologyError(f"{spec_or_path}: no such cpu-table file")
-        raise TopologyError(
-            f"topology {spec_or_path!r}: not a cpu-table file, a test machine name "
-            f"({', '.join(MACHINES)}) or a key=value spec such as {DEFAULT_SPEC!r}"
-        )
-    return synthetic_topology(spec_or_path)
 
 
 def with_memory(topology: Topology, per_numa: Mapping[str, int]) -> Topology:

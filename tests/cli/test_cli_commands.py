@@ -121,7 +121,7 @@ def test_topology_bad_spec(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_topology_from_sysfs(tmp_path: Path) -> None:
     from nri_plrm.topology.fakesysfs import write_sysfs
-    from nri_plrm.topology.synthetic import load_topology
+    from nri_plrm.topology.machines import load_topology
 
     root = tmp_path / "sys"
     write_sysfs(load_topology(SPEC), str(root))

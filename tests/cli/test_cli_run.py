@@ -17,7 +17,8 @@ from plrm_daemon import free_port
 
 from nri_plrm.cli import main
 from nri_plrm.topology.fakesysfs import write_sysfs
-from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_topology
+from nri_plrm.topology.machines import load_topology
+from nri_plrm.topology.synthetic import DEFAULT_SPEC
 
 REPO = Path(__file__).resolve().parents[2]
 

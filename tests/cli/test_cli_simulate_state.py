@@ -19,7 +19,8 @@ from nri_plrm.cli import main
 from nri_plrm.config import Config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.plugin import Plugin
-from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_topology
+from nri_plrm.topology.machines import load_topology
+from nri_plrm.topology.synthetic import DEFAULT_SPEC
 from nri_plrm.translate.manifest_to_pod import load_manifests
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nri_plrm.checkpoint.store import data_checksum
-from nri_plrm.podresources.state import StateError, read_checkpoint
+from nri_plrm.cli.state import StateError, read_checkpoint
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),

@@ -22,7 +22,8 @@ from plrm_runtime import FakeRuntime
 from nri_plrm import daemon
 from nri_plrm.config import Config, parse_config
 from nri_plrm.topology.fakesysfs import write_sysfs
-from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_topology
+from nri_plrm.topology.machines import load_topology
+from nri_plrm.topology.synthetic import DEFAULT_SPEC
 
 
 def free_port() -> int:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.topology.machines import MACHINES
+from nri_plrm.topology.machines import MACHINES, load_topology
 from nri_plrm.topology.model import TopologyError
 from nri_plrm.topology.synthetic import (
     DEFAULT_SPEC,
@@ -19,7 +19,6 @@ from nri_plrm.topology.synthetic import (
     cpu_table,
     describe,
     load_cpu_table,
-    load_topology,
     parse_spec,
     synthetic_topology,
     with_memory,

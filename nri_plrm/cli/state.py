@@ -10,8 +10,9 @@ aside, locked or rewritten.
 
 from __future__ import annotations
 
+import argparse
 import os
-from typing import Any
+from typing import Any, TextIO
 
 from nri_plrm.checkpoint.journal import DecisionJournal
 from nri_plrm.checkpoint.store import (
@@ -20,9 +21,13 @@ from nri_plrm.checkpoint.store import (
     CheckpointError,
     CheckpointStore,
 )
+from nri_plrm.cli.inputs import EXIT_OK, CommandError, load, machine
+from nri_plrm.cli.render import emit_json, render_table
 from nri_plrm.config import Config
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger.view import PodResourcesView, reported_containers
+from nri_plrm.plugin import Plugin
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.proto import podresources_api_pb2 as pb
@@ -55,9 +60,6 @@ def read_checkpoint(directory: str) -> dict[str, Any]:
 def from_checkpoint(directory: str, topology: Topology, config: Config) -> dict[str, Any]:
     """The checkpoint in ``directory`` restored into a throw-away plugin, as a view."""
     data = read_checkpoint(directory)
-    from nri_plrm.engine.facade import Engine
-    from nri_plrm.plugin import Plugin
-
     plugin = Plugin(Engine(topology, config.engine_config()))
     try:
         plugin.load_state(data)
@@ -163,8 +165,6 @@ def _mem_text(blocks: list[dict[str, Any]]) -> str:
 
 def table(data: dict[str, Any]) -> str:
     """The ``state`` shape as a readable table."""
-    from nri_plrm.cli import render_table
-
     rows: list[list[object]] = []
     for pod in data["pods"]:
         label = f"{pod['namespace']}/{pod['name']}"
@@ -188,3 +188,21 @@ def table(data: dict[str, Any]) -> str:
         ["POD", "CONTAINER", "ASSIGNMENT", "CPUS", "MEMS", "EXCLUSIVE CPUS", "MEMORY"], rows
     )
     return head + body + tail
+
+
+def cmd_state(args: argparse.Namespace, out: TextIO) -> int:
+    """``state``: the checkpoint (read-only) or a running plugin's PodResources view."""
+    config = load(args.config)
+    try:
+        if args.socket is not None:
+            data = from_socket(args.socket or config.pod_resources.socket)
+        else:
+            topology = machine(args, config, None)
+            data = from_checkpoint(args.state_dir or config.state.dir, topology, config)
+    except StateError as exc:
+        raise CommandError(str(exc)) from exc
+    if args.output == "json":
+        emit_json(out, data)
+    else:
+        out.write(table(data))
+    return EXIT_OK

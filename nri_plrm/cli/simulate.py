@@ -26,13 +26,17 @@ simulated in pod scope, as a kubelet configured that way would.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from nri_plrm.config import Config, validate_for_topology
+from nri_plrm.cli.inputs import EXIT_OK, UsageError, load, machine
+from nri_plrm.cli.render import emit_json
+from nri_plrm.config import Config, ConfigError, validate_for_topology
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine, EngineConfig
 from nri_plrm.engine.spec import AdmissionError, ContainerKind, PodSpec
@@ -42,8 +46,8 @@ from nri_plrm.podsource.base import StaticPodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.quantity import format_bytes
 from nri_plrm.topology.model import Topology
-from nri_plrm.topology.synthetic import describe
-from nri_plrm.translate.manifest_to_pod import load_manifests
+from nri_plrm.topology.synthetic import DEFAULT_SPEC, describe
+from nri_plrm.translate.manifest_to_pod import ManifestError, load_manifests
 from nri_plrm.translate.pod_to_cri import (
     creation_order,
     machine_page_sizes,
@@ -363,3 +367,25 @@ def _explain(exc: NRIError) -> tuple[str, str]:
     if isinstance(cause, AdmissionError):
         return cause.reason, cause.message
     return "NRIError", str(exc)
+
+
+def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
+    """``simulate MANIFEST...``."""
+    config = load(args.config)
+    topology = machine(args, config, DEFAULT_SPEC)
+    try:
+        validate_for_topology(config, topology)
+    except ConfigError as exc:
+        raise UsageError(*(f"{args.config or '<defaults>'}: {e}" for e in exc.errors)) from exc
+    for path in args.manifests:
+        if not os.path.isfile(path):
+            raise UsageError(f"{path}: no such manifest file")
+    try:
+        result = simulate(args.manifests, topology, config)
+    except ManifestError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.output == "json":
+        emit_json(out, result.to_json())
+    else:
+        out.write(result.to_table())
+    return EXIT_OK

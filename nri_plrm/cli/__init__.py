@@ -8,40 +8,20 @@ per line as ``FILE: key.path: value: rule``.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from nri_plrm import __version__
-from nri_plrm.config import (
-    DEFAULT_PATH,
-    Config,
-    ConfigError,
-    load_config,
-    validate_for_topology,
-)
-from nri_plrm.topology.model import Topology, TopologyError
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
+from nri_plrm.cli.check_config import cmd_check_config
+from nri_plrm.cli.inputs import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, UsageError
+from nri_plrm.cli.run import cmd_run
+from nri_plrm.cli.simulate import cmd_simulate
+from nri_plrm.cli.state import cmd_state
+from nri_plrm.cli.topology import cmd_topology
+from nri_plrm.config import DEFAULT_PATH
 
 PROG = "nri-plrm"
-
-
-class UsageError(Exception):
-    """Bad input from the operator (exit code 2); the message names the input and the rule."""
-
-    def __init__(self, *lines: str) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = lines
-
-
-class CommandError(Exception):
-    """A runtime failure (exit code 1)."""
 
 
 def _examples(*lines: str) -> str:
@@ -215,185 +195,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return EXIT_FAILURE
 
 
-# Shared helpers ----------------------------------------------------------------------------
-
-
-def _load(path: str | None) -> Config:
-    if path is None:
-        return Config()
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        raise UsageError(*(f"{path}: {e}" for e in exc.errors)) from exc
-
-
-def _machine(args: argparse.Namespace, config: Config, default_spec: str | None) -> Topology:
-    from nri_plrm.topology.synthetic import load_topology
-    from nri_plrm.topology.sysfs import discover
-
-    try:
-        if args.topology:
-            return load_topology(args.topology)
-        if args.sysfs:
-            return _discover(discover, args.sysfs)
-        if default_spec is not None:
-            return load_topology(default_spec)
-        return _discover(discover, config.topology.sysfs_root)
-    except TopologyError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _discover(discover: Callable[[str], Topology], root: str) -> Topology:
-    if not os.path.isdir(root):
-        raise UsageError(f"--sysfs {root}: not a directory")
-    try:
-        return discover(root)
-    except OSError as exc:
-        raise CommandError(f"cannot read the machine from {root}: {exc}") from exc
-
-
-def _emit_json(out: TextIO, data: Any) -> None:
-    json.dump(data, out, indent=2, sort_keys=False)
-    out.write("\n")
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain text table with left-aligned columns separated by two spaces."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    return "\n".join(lines) + "\n"
-
-
-# Commands ----------------------------------------------------------------------------------
-
-
 def cmd_version(args: argparse.Namespace, out: TextIO) -> int:
     """``version``."""
     out.write(f"{PROG} {__version__}\n")
     return EXIT_OK
-
-
-def cmd_check_config(args: argparse.Namespace, out: TextIO) -> int:
-    """``check-config FILE``."""
-    config = _load(args.file)
-    if args.topology or args.sysfs:
-        topology = _machine(args, config, None)
-        try:
-            validate_for_topology(config, topology)
-        except ConfigError as exc:
-            raise UsageError(*(f"{args.file}: {e}" for e in exc.errors)) from exc
-    out.write(f"{args.file}: ok\n")
-    return EXIT_OK
-
-
-def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    """``run --config FILE``."""
-    from nri_plrm import daemon
-
-    config = _load(args.config)
-    os.umask(0o077)
-    return asyncio.run(daemon.run(config))
-
-
-def cmd_topology(args: argparse.Namespace, out: TextIO) -> int:
-    """``topology``."""
-    from nri_plrm.topology.synthetic import describe
-
-    config = _load(args.config)
-    topology = _machine(args, config, None)
-    data = describe(topology)
-    if args.output == "json":
-        _emit_json(out, data)
-        return EXIT_OK
-    out.write(topology_table(data))
-    return EXIT_OK
-
-
-def topology_table(data: dict[str, Any]) -> str:
-    """The ``topology`` table from :func:`nri_plrm.topology.synthetic.describe` output."""
-    from nri_plrm.quantity import format_bytes
-
-    head = (
-        f"{data['num_sockets']} sockets, {data['num_numa_nodes']} NUMA nodes, "
-        f"{data['num_cores']} cores, {data['num_cpus']} CPUs "
-        f"({data['threads_per_core']} threads per core), "
-        f"{data['num_uncore_caches']} L3 caches\n"
-    )
-    totals = ", ".join(f"{k} {format_bytes(v)}" for k, v in data["memory_total"].items())
-    sockets = render_table(
-        ["SOCKET", "CPUS", "CORES", "NUMA NODES"],
-        [
-            [s["id"], s["cpus"], s["cores"], ",".join(map(str, s["numa_nodes"]))]
-            for s in data["sockets"]
-        ],
-    )
-    ids = data["numa_ids"]
-    nodes = render_table(
-        ["NUMA", "CPUS", "CORES", "SOCKETS", "L3", "MEMORY", "DISTANCES"],
-        [
-            [
-                n["id"],
-                n["cpus"] or "-",
-                n["cores"],
-                ",".join(map(str, n["sockets"])) or "-",
-                ",".join(map(str, n["uncore_caches"])) or "-",
-                " ".join(f"{k}={v}" for k, v in n["memory_quantity"].items()) or "-",
-                " ".join(f"{i}:{d}" for i, d in zip(ids, n["distances"], strict=True)),
-            ]
-            for n in data["numa_nodes"]
-        ],
-    )
-    return head + f"memory: {totals or 'unknown'}\n\n" + sockets + "\n" + nodes
-
-
-def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
-    """``simulate MANIFEST...``."""
-    from nri_plrm.simulate import simulate
-    from nri_plrm.topology.synthetic import DEFAULT_SPEC
-    from nri_plrm.translate.manifest_to_pod import ManifestError
-
-    config = _load(args.config)
-    topology = _machine(args, config, DEFAULT_SPEC)
-    try:
-        validate_for_topology(config, topology)
-    except ConfigError as exc:
-        raise UsageError(*(f"{args.config or '<defaults>'}: {e}" for e in exc.errors)) from exc
-    for path in args.manifests:
-        if not os.path.isfile(path):
-            raise UsageError(f"{path}: no such manifest file")
-    try:
-        result = simulate(args.manifests, topology, config)
-    except ManifestError as exc:
-        raise UsageError(str(exc)) from exc
-    if args.output == "json":
-        _emit_json(out, result.to_json())
-    else:
-        out.write(result.to_table())
-    return EXIT_OK
-
-
-def cmd_state(args: argparse.Namespace, out: TextIO) -> int:
-    """``state``: the checkpoint (read-only) or a running plugin's PodResources view."""
-    from nri_plrm.podresources import state
-
-    config = _load(args.config)
-    try:
-        if args.socket is not None:
-            data = state.from_socket(args.socket or config.pod_resources.socket)
-        else:
-            topology = _machine(args, config, None)
-            data = state.from_checkpoint(args.state_dir or config.state.dir, topology, config)
-    except state.StateError as exc:
-        raise CommandError(str(exc)) from exc
-    if args.output == "json":
-        _emit_json(out, data)
-    else:
-        out.write(state.table(data))
-    return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

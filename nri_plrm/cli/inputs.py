@@ -1,0 +1,64 @@
+"""What the commands share: exit codes, the two error kinds, and the config and machine options.
+
+Exit codes: 0 success, 1 a runtime failure (e.g. the state cannot be read), 2 bad input (an
+invalid configuration, manifest, topology spec or option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from nri_plrm.config import Config, ConfigError, load_config
+from nri_plrm.topology.machines import load_topology
+from nri_plrm.topology.model import Topology, TopologyError
+from nri_plrm.topology.sysfs import discover
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input from the operator (exit code 2); the message names the input and the rule."""
+
+    def __init__(self, *lines: str) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+class CommandError(Exception):
+    """A runtime failure (exit code 1)."""
+
+
+def load(path: str | None) -> Config:
+    """The configuration in ``path`` (built-in defaults when None); errors become UsageError."""
+    if path is None:
+        return Config()
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise UsageError(*(f"{path}: {e}" for e in exc.errors)) from exc
+
+
+def machine(args: argparse.Namespace, config: Config, default_spec: str | None) -> Topology:
+    """The machine of ``--topology`` or ``--sysfs``, else ``default_spec``, else discovered."""
+    try:
+        if args.topology:
+            return load_topology(args.topology)
+        if args.sysfs:
+            return _discover(args.sysfs)
+        if default_spec is not None:
+            return load_topology(default_spec)
+        return _discover(config.topology.sysfs_root)
+    except TopologyError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _discover(root: str) -> Topology:
+    if not os.path.isdir(root):
+        raise UsageError(f"--sysfs {root}: not a directory")
+    try:
+        return discover(root)
+    except OSError as exc:
+        raise CommandError(f"cannot read the machine from {root}: {exc}") from exc

@@ -1,0 +1,23 @@
+"""Output shared by the commands: plain text tables and indented JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+
+def emit_json(out: TextIO, data: Any) -> None:
+    """``data`` as indented JSON (keys in insertion order) and a newline."""
+    json.dump(data, out, indent=2, sort_keys=False)
+    out.write("\n")
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain text table with left-aligned columns separated by two spaces."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    return "\n".join(lines) + "\n"
