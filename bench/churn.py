@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import tempfile
 import time
 from collections import deque
@@ -26,11 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.common import main, percentile
-from bench.startup import ROOT, Daemon, daemon_config, write_machine
+from bench.startup import Daemon, daemon_config, write_machine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.proto import nri_api_pb2 as api
-
-sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 if TYPE_CHECKING:
     from nrisim.sim import Record

@@ -26,7 +26,6 @@ from pathlib import Path
 from bench.common import main, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 SPEC_256 = "sockets=2,numa_per_socket=4,cores_per_numa=16,threads_per_core=2,memory_per_numa=64Gi"
 CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'

@@ -11,11 +11,12 @@ import time
 from collections.abc import Callable
 
 import grpc
+from static_view import StaticView
 
 from bench.common import main, percentile
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, MemoryBlock
-from nri_plrm.ledger.view import ContainerView, PodView, StaticView
+from nri_plrm.ledger.view import ContainerView, PodView
 from nri_plrm.metrics import Metrics
 from nri_plrm.podresources import report
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import tempfile
 import urllib.request
 from pathlib import Path
 
 from bench.common import main
-from bench.startup import ROOT, Daemon, daemon_config, write_machine
+from bench.startup import Daemon, daemon_config, write_machine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
-
-sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 GI = 1 << 30
 POD_LEVEL_PODS = 100

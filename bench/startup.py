@@ -31,7 +31,6 @@ from pathlib import Path
 from bench.common import main
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 SPEC_256 = "sockets=2,numa_per_socket=4,cores_per_numa=16,threads_per_core=2,memory_per_numa=64Gi"
 RUNS = 5
@@ -73,7 +72,8 @@ scope = "pod"
 
 def write_machine(tmp: Path) -> None:
     """A sysfs tree of the 256-CPU / 8-NUMA machine under ``tmp/sys``."""
-    from nri_plrm.topology.fakesysfs import write_sysfs
+    from fakesysfs import write_sysfs
+
     from nri_plrm.topology.synthetic import synthetic_topology
 
     write_sysfs(synthetic_topology(SPEC_256), str(tmp / "sys"))

@@ -24,7 +24,6 @@ from pathlib import Path
 from bench.common import main, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 WARMUP = 500
 ROUND_TRIPS = 5000

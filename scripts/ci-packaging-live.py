@@ -34,10 +34,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
+from fakesysfs import write_sysfs  # noqa: E402
 from nrisim import NRISimulator  # noqa: E402
 from plrm_runtime import FakeRuntime  # noqa: E402
 
-from nri_plrm.topology.fakesysfs import write_sysfs  # noqa: E402
 from nri_plrm.topology.machines import load_topology  # noqa: E402
 from nri_plrm.topology.synthetic import DEFAULT_SPEC  # noqa: E402
 from nri_plrm.translate.manifest_to_pod import load_manifests  # noqa: E402

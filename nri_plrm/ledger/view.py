@@ -60,27 +60,6 @@ class PodResourcesView(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class StaticView:
-    """A fixed snapshot: what ``nri-plrm state`` shows from a checkpoint, and test fixtures."""
-
-    pod_list: tuple[PodView, ...] = ()
-    cpus: CPUSet = EMPTY
-    memory: tuple[MemoryBlock, ...] = ()
-
-    def pods(self) -> Sequence[PodView]:
-        """The pods given."""
-        return self.pod_list
-
-    def allocatable_cpus(self) -> CPUSet:
-        """The CPUs given."""
-        return self.cpus
-
-    def allocatable_memory(self) -> Sequence[MemoryBlock]:
-        """The memory blocks given."""
-        return self.memory
-
-
 def find_pod(view: PodResourcesView, namespace: str, name: str) -> PodView | None:
     """The pod with this namespace and name, or None."""
     for pod in view.pods():

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from nri_plrm.cli.simulate import SimulatedPod, simulate
 
+from nri_plrm.cli.simulate import SimulatedPod, simulate
 from nri_plrm.config import parse_config
 from nri_plrm.quantity import QuantityError, cpu_millis, memory_bytes
 from nri_plrm.topology.machines import MACHINES

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakesysfs import write_sysfs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.synthetic import synthetic_topology
 from nri_plrm.topology.sysfs import discover

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kubelet_decode import decode_cpu_manager_state, decode_memory_manager_state
 
 from nri_plrm.checkpoint.kubelet import (
     CPUManagerState,
@@ -20,8 +21,6 @@ from nri_plrm.checkpoint.kubelet import (
     check_kubelet_cpu_manager,
     cpu_checkpoint_checksum,
     cpu_hash_text,
-    decode_cpu_manager_state,
-    decode_memory_manager_state,
     encode_cpu_manager_state,
     encode_memory_manager_state,
     fnv1a_32,

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from static_view import StaticView
 
 from nri_plrm.cli import build_parser, main
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, MemoryBlock
-from nri_plrm.ledger.view import ContainerView, PodView, StaticView
+from nri_plrm.ledger.view import ContainerView, PodView
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,7 +121,8 @@ def test_topology_bad_spec(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_topology_from_sysfs(tmp_path: Path) -> None:
-    from nri_plrm.topology.fakesysfs import write_sysfs
+    from fakesysfs import write_sysfs
+
     from nri_plrm.topology.machines import load_topology
 
     root = tmp_path / "sys"

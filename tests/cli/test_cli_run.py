@@ -12,11 +12,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from fakesysfs import write_sysfs
 from nrisim import NRISimulator
 from plrm_daemon import free_port
 
 from nri_plrm.cli import main
-from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC
 

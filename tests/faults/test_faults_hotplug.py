@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from fakesysfs import write_sysfs
 from plrm_daemon import running_daemon
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -21,7 +22,6 @@ from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.plugin import Plugin
-from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.hotplug.monitor import HotplugMonitor
 from nri_plrm.topology.hotplug.watcher import (
     HotplugAction,

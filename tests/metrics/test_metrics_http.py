@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from static_view import StaticView
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import (
@@ -17,7 +18,7 @@ from nri_plrm.engine.spec import (
     ContainerAssignment,
     MemoryBlock,
 )
-from nri_plrm.ledger.view import ContainerView, PodView, StaticView
+from nri_plrm.ledger.view import ContainerView, PodView
 from nri_plrm.metrics import Metrics, MetricsServer, parse_address
 from nri_plrm.topology.model import CPUInfo, Topology
 

@@ -12,11 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+from fakesysfs import write_sysfs
 from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.daemon import JSONFormatter
-from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kubelet_decode import decode_cpu_manager_state, decode_memory_manager_state
 
 from nri_plrm.checkpoint.journal import JOURNAL_FILE, DecisionJournal
-from nri_plrm.checkpoint.kubelet import decode_cpu_manager_state, decode_memory_manager_state
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
 from nri_plrm.engine.facade import Engine

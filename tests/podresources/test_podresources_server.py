@@ -12,11 +12,12 @@ from pathlib import Path
 import grpc
 import pytest
 from podres_raw import RawPodResourcesClient
+from static_view import StaticView
 
 from nri_plrm.config import PodResourcesSettings
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, ContainerKind, MemoryBlock
-from nri_plrm.ledger.view import ContainerView, PodView, StaticView
+from nri_plrm.ledger.view import ContainerView, PodView
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.podresources.server import (
     PodResourcesServer,

@@ -7,10 +7,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from nri_plrm.cli.state import StateError, from_checkpoint
 
 from nri_plrm.checkpoint.journal import JOURNAL_FILE
 from nri_plrm.checkpoint.store import CheckpointStore
+from nri_plrm.cli.state import StateError, from_checkpoint
 from nri_plrm.config import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.plugin import Plugin

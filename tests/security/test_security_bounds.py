@@ -17,8 +17,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from static_view import StaticView
 
-from nri_plrm.ledger.view import StaticView
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService
 from nri_plrm.proto import podresources_api_pb2 as pb
 from nri_plrm.topology.hotplug.watcher import MAX_UEVENT_BYTES, UeventError, parse_uevent

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from fakesysfs import write_sysfs
 from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
@@ -30,7 +31,6 @@ from nri_plrm.config import Config, ConfigError, parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.plugin import Plugin
-from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from nri_plrm.cli.simulate import SimulatedPod, SimulationResult, simulate
 
+from nri_plrm.cli.simulate import SimulatedPod, SimulationResult, simulate
 from nri_plrm.config import Config, ConfigError, load_config, parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.topology.synthetic import DEFAULT_SPEC, synthetic_topology

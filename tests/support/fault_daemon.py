@@ -18,11 +18,12 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from fakesysfs import write_sysfs
+
 from nri_plrm import daemon
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
 from nri_plrm.engine.facade import Engine
-from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import MACHINES
 
 MACHINE = "default"

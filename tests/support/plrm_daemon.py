@@ -16,12 +16,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fakesysfs import write_sysfs
 from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
 from nri_plrm import daemon
 from nri_plrm.config import Config, parse_config
-from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC
 

@@ -8,11 +8,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from fakesysfs import write_sysfs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.synthetic import cpu_table, load_cpu_table, synthetic_topology
