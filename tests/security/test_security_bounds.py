@@ -1,12 +1,12 @@
 """Bounded message and request sizes on every input the plugin reads (docs/security.md).
 
 - NRI/ttrpc: a frame declaring more than 4 MiB is refused before any buffer grows (the
-  connection is closed); a 4 GiB declaration allocates nothing (``tests/wire``).
+  connection is closed); a 4 GiB declaration allocates nothing (``tests/ttrpc``).
 - PodResources gRPC: a request over the server's 4 MiB receive limit is refused with
   RESOURCE_EXHAUSTED and the server keeps serving.
 - Kernel uevents: payloads over 64 KiB are refused.
 - The configuration file and manifests are bounded by what the operator gives; every value in
-  them is range-checked (``tests/config``, ``tests/manifest``).
+  them is range-checked (``tests/config``, ``tests/translate``).
 """
 
 from __future__ import annotations
