@@ -19,6 +19,7 @@ in the node shared pool, and no pod budget or pod shared pool exists.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pytest
@@ -358,3 +359,17 @@ def test_pod_level_seed_pods_under_none_whole_and_over_nri(name: str) -> None:
     assert nri.assignments() == whole.assignments()
     assert nri.node_shared_pool() == whole.node_shared_pool()
     assert nri.counters.topology_admissions == 0
+
+
+def test_state_survives_a_restart_under_none() -> None:
+    engine = _none_engine()
+    for name in sorted(SEED_PODS):
+        engine.admit_pod(SEED_PODS[name]())
+    snapshot = json.loads(json.dumps(engine.snapshot()))
+    assert snapshot["affinity"] == {}  # the none scope stores no hint
+    restored = Engine.restore(seed_topology(), seed_config(POLICY_NONE, "container"), snapshot)
+    assert restored.assignments() == engine.assignments()
+    assert restored.node_shared_pool() == engine.node_shared_pool()
+    assert restored.verify() == []
+    for name in sorted(SEED_PODS):  # admitted pods keep their state
+        assert restored.admit_pod(SEED_PODS[name]()) == engine.admit_pod(SEED_PODS[name]())
