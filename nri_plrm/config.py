@@ -2,8 +2,9 @@
 
 Every error reads ``key.path: value: rule``. :func:`parse_config` collects all of them and raises
 one :class:`ConfigError`; unknown keys are errors too, with a did-you-mean suggestion. The
-kubelet's own configuration rules apply (topology manager policies allowed with pod-level
-resources, CPU manager policy options and their incompatible pairs, reserved CPUs and memory).
+kubelet's own configuration rules apply (topology manager policies and options, CPU manager
+policy options and their incompatible pairs, reserved CPUs and memory); settings that start but
+limit the plugin are listed by :func:`startup_warnings`.
 Rules that need the machine (reserved CPUs exist, reserved memory fits a NUMA node) are checked
 by :func:`validate_for_topology` once the topology is known.
 """
@@ -35,8 +36,10 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 DEFAULT_PATH = "/etc/nri-plrm/config.toml"
 
-TOPOLOGY_POLICIES = ("best-effort", "restricted", "single-numa-node")
-"""Topology manager policies allowed with pod-level resource managers (the kubelet's rule)."""
+TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+"""The kubelet's topology manager policies (``topologyManagerPolicy``)."""
+POD_LEVEL_POLICIES = ("best-effort", "restricted", "single-numa-node")
+"""The policies under which the kubelet applies pod-level resource managers (KEP-5526)."""
 TOPOLOGY_SCOPES = ("container", "pod")
 TM_PREFER_CLOSEST = "prefer-closest-numa-nodes"
 TM_MAX_ALLOWABLE = "max-allowable-numa-nodes"
@@ -311,7 +314,7 @@ def validate_for_topology(config: Config, topology: Topology) -> None:
     """Check the machine-dependent rules; raises ConfigError listing every problem."""
     errors: list[str] = []
     tm = config.topology_manager
-    if topology.num_numa_nodes > tm.max_allowable_numa_nodes:
+    if tm.policy != "none" and topology.num_numa_nodes > tm.max_allowable_numa_nodes:
         errors.append(
             f"topology_manager.options.{TM_MAX_ALLOWABLE}: {tm.max_allowable_numa_nodes}: "
             f"unsupported on machines with more than {tm.max_allowable_numa_nodes} NUMA Nodes "
@@ -357,6 +360,20 @@ def validate_for_topology(config: Config, topology: Topology) -> None:
                 )
     if errors:
         raise ConfigError(errors)
+
+
+def startup_warnings(config: Config) -> list[str]:
+    """Settings that start but limit what the plugin does (logged once at start-up)."""
+    policy = config.topology_manager.policy
+    if policy in POD_LEVEL_POLICIES:
+        return []
+    return [
+        f'topology_manager.policy: "{policy}": pod-level resource managers need policy '
+        f"{', '.join(POD_LEVEL_POLICIES[:-1])} or {POD_LEVEL_POLICIES[-1]}; under "
+        f'"{policy}" nothing is NUMA-aligned and pods with pod-level resources get no pod '
+        "budget or pod shared pool (only their equivalent-Guaranteed containers get exclusive "
+        "CPUs and memory, from the node, as the kubelet does)"
+    ]
 
 
 def format_value(value: object) -> str:
@@ -570,7 +587,7 @@ class _Parser:
             TopologyManagerSettings(),
             skip=frozenset({"prefer_closest_numa_nodes", "max_allowable_numa_nodes"}),
             extra=frozenset({"options"}),
-            policy=_tm_policy,
+            policy=_choice(TOPOLOGY_POLICIES),
             scope=_choice(TOPOLOGY_SCOPES),
         )
         options = table.get("options", {})
@@ -816,18 +833,6 @@ def _choice(allowed: tuple[str, ...]) -> _Reader:
         return _INVALID
 
     return read
-
-
-def _tm_policy(p: _Parser, key: str, value: Any) -> Any:
-    if isinstance(value, str) and value in TOPOLOGY_POLICIES:
-        return value
-    p.error(
-        key,
-        value,
-        f"must be one of {', '.join(TOPOLOGY_POLICIES)} (the policies that allow pod-level "
-        "resource managers)",
-    )
-    return _INVALID
 
 
 def _reserved_cpus(p: _Parser, key: str, value: Any) -> Any:

@@ -27,7 +27,14 @@ from typing import Any
 from nri_plrm import sdnotify
 from nri_plrm.checkpoint.kubelet import check_kubelet_cpu_manager
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
-from nri_plrm.config import Config, ConfigError, diff_configs, load_config, validate_for_topology
+from nri_plrm.config import (
+    Config,
+    ConfigError,
+    diff_configs,
+    load_config,
+    startup_warnings,
+    validate_for_topology,
+)
 from nri_plrm.engine.facade import Engine
 from nri_plrm.metrics import Metrics, MetricsServer
 from nri_plrm.nri.stub import Stub
@@ -116,6 +123,8 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     except (ValueError, OSError) as exc:
         log.error("not starting: %s", exc)
         return EXIT_FAILURE
+    for warning in startup_warnings(config):
+        log.warning("configuration: %s", warning)
 
     metrics = Metrics(request_timeout=config.nri.request_timeout)
     kube = open_kubernetes(config.kubernetes, metrics)

@@ -316,7 +316,8 @@ class Engine:
             record = _PodRecord(spec=pod, mode=MODE_WHOLE)
             self._pods[pod.uid] = record
             self.counters.pod_admissions += 1
-            self.counters.topology_admissions += 1
+            if self.topology_manager.policy != POLICY_NONE:
+                self.counters.topology_admissions += 1  # the kubelet's none scope counts none
             for c in pod.all_containers():
                 self._count_new_assignment(pod.uid, c.name)
                 if self.cpu_manager.assignment(pod.uid, c.name) is None:

@@ -25,12 +25,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_run_refuses_an_invalid_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[nri]\nplugin_index = "x"\n[topology_manager]\npolicy = "none"\n')
+    cfg.write_text('[nri]\nplugin_index = "x"\n[topology_manager]\npolicy = "singlenuma"\n')
     assert main(["run", "--config", str(cfg)], out=io.StringIO()) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2
     assert err[0].startswith(f'nri-plrm run: {cfg}: nri.plugin_index: "x": ')
-    assert err[1].startswith(f'nri-plrm run: {cfg}: topology_manager.policy: "none": ')
+    assert err[1].startswith(f'nri-plrm run: {cfg}: topology_manager.policy: "singlenuma": ')
 
 
 def test_run_missing_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

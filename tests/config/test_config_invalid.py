@@ -43,11 +43,15 @@ CASES: list[tuple[str, str, str]] = [
     ('[topology]\nsysfs_root = ""', 'topology.sysfs_root: ""', "absolute path"),
     ("[kubernetes]\nenabled = 1", "kubernetes.enabled: 1", "true or false"),
     ("[kubernetes]\nlookup_timeout = -1", "kubernetes.lookup_timeout: -1", "greater than 0"),
-    ('[topology_manager]\npolicy = "none"', 'topology_manager.policy: "none"', "best-effort"),
+    (
+        '[topology_manager]\npolicy = "None"',
+        'topology_manager.policy: "None"',
+        "must be one of none, best-effort, restricted, single-numa-node",
+    ),
     (
         '[topology_manager]\npolicy = "singlenuma"',
         'topology_manager.policy: "singlenuma"',
-        "pod-level resource managers",
+        "must be one of none, best-effort, restricted, single-numa-node",
     ),
     ('[topology_manager]\nscope = "node"', 'topology_manager.scope: "node"', "container, pod"),
     (

@@ -121,7 +121,7 @@ def test_empty_kubelet_state_path_turns_the_check_off(tmp_path: Path) -> None:
 
 def test_bad_config_exits_2_with_every_error(tmp_path: Path) -> None:
     cfg = tmp_path / "config.toml"
-    cfg.write_text('[topology_manager]\npolicy = "none"\n[nri]\nplugin_index = "5"\n')
+    cfg.write_text('[topology_manager]\npolicy = "singlenuma"\n[nri]\nplugin_index = "5"\n')
     proc = subprocess.run(
         [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
         capture_output=True,

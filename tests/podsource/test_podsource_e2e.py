@@ -31,6 +31,7 @@ from nri_plrm.ttrpc.messages import TtrpcError
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 POD_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 CONTAINER_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "container"\n'
+POLICY_NONE = '[topology_manager]\npolicy = "none"\n'
 NODE = "node-a"
 LOGGER = "test.podsource.e2e"
 
@@ -159,6 +160,9 @@ def test_empty_shared_pool_is_refused_at_sandbox_creation_with_an_event(tmp_path
         ("tightly-coupled-database", POD_SCOPE),
         ("ml-workload", CONTAINER_SCOPE),
         ("container-scope-mixed", CONTAINER_SCOPE),
+        ("pod-scope-mixed", POLICY_NONE),
+        ("empty-shared-pool", POLICY_NONE),
+        ("tightly-coupled-database", POLICY_NONE),
     ],
 )
 def test_seed_pods_get_the_kubelets_cpusets(tmp_path: Path, name: str, config_text: str) -> None:
