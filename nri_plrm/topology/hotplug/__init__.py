@@ -1,1 +1,1 @@
-"""CPU and memory hotplug: the kernel uevent watcher and the monitor that re-reads the machine."""
+"""CPU and memory hotplug: uevent parsing, the kernel socket watcher, the monitor and repairs."""

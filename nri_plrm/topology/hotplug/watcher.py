@@ -1,11 +1,10 @@
-"""CPU and memory hotplug: kernel uevents parsed into typed events for an asyncio callback.
+"""CPU and memory hotplug: the kernel's uevent socket, delivering typed events to a callback.
 
 The kernel broadcasts a uevent on the ``NETLINK_KOBJECT_UEVENT`` socket (kernel group 1) for
-every device change. A payload is ``ACTION@DEVPATH`` then ``KEY=VALUE`` properties, all
-NUL-terminated. :func:`parse_uevent` decodes it (pure, fuzzed); :func:`hotplug_event` keeps
-``SUBSYSTEM=cpu`` (``/devices/system/cpu/cpuN``) and ``SUBSYSTEM=memory``
-(``/devices/system/memory/memoryN``) with ACTION ``online``, ``offline``, ``add`` or
-``remove``. :class:`HotplugWatcher` receives them through pyroute2's ``AsyncUeventSocket``.
+every device change. :class:`HotplugWatcher` receives the datagrams through pyroute2's
+``AsyncUeventSocket`` and decodes them with the sans-IO parser in
+:mod:`nri_plrm.topology.hotplug.uevent`; it delivers ``SUBSYSTEM=cpu`` and ``SUBSYSTEM=memory``
+events with ACTION ``online``, ``offline``, ``add`` or ``remove``.
 
 Opening the socket can fail (no ``CAP_NET_ADMIN`` is needed, but seccomp profiles or a kernel
 without netlink uevents refuse it); :func:`start_hotplug_watcher` then logs why and returns
@@ -18,155 +17,29 @@ lost; the callback then gets a :attr:`HotplugAction.LOST` event and should redis
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
-import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+from nri_plrm.topology.hotplug.uevent import (
+    HOTPLUG_ACTIONS,
+    HotplugAction,
+    HotplugEvent,
+    UeventError,
+    hotplug_event,
+    parse_uevent,
+)
 
 log = logging.getLogger(__name__)
 
-MAX_UEVENT_BYTES = 65536
-"""Largest payload accepted (the kernel's uevent buffer is 2 KiB of properties)."""
-
-_DEVPATHS = {
-    "cpu": re.compile(r"^/devices/system/cpu/cpu([0-9]{1,6})$"),
-    "memory": re.compile(r"^/devices/system/memory/memory([0-9]{1,9})$"),
-}
-_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 _KERNEL_GROUP = 1
 
 MAX_CONSECUTIVE_ERRORS = 5
 """Socket errors in a row after which the watcher stops."""
 
 
-class UeventError(ValueError):
-    """A uevent payload that breaks the kernel's format."""
-
-
 class HotplugUnavailableError(RuntimeError):
     """The uevent socket could not be opened or bound."""
-
-
-class HotplugSubsystem(str, enum.Enum):
-    """Which device class changed."""
-
-    CPU = "cpu"
-    MEMORY = "memory"
-
-
-class HotplugAction(str, enum.Enum):
-    """What happened; LOST means events may have been dropped (rediscover)."""
-
-    ONLINE = "online"
-    OFFLINE = "offline"
-    ADD = "add"
-    REMOVE = "remove"
-    LOST = "lost"
-
-
-HOTPLUG_ACTIONS = frozenset(
-    {HotplugAction.ONLINE, HotplugAction.OFFLINE, HotplugAction.ADD, HotplugAction.REMOVE}
-)
-"""The actions reported by default."""
-
-
-@dataclass(frozen=True)
-class Uevent:
-    """A decoded kernel uevent."""
-
-    action: str
-    devpath: str
-    properties: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def subsystem(self) -> str | None:
-        """The ``SUBSYSTEM`` property, if any."""
-        return self.properties.get("SUBSYSTEM")
-
-
-@dataclass(frozen=True)
-class HotplugEvent:
-    """A CPU or memory block changed (``index`` = CPU number or memory block number)."""
-
-    subsystem: HotplugSubsystem | None
-    action: HotplugAction
-    index: int | None
-    devpath: str = ""
-    seqnum: int | None = None
-
-
-def _text(raw: bytes, what: str) -> str:
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError as exc:
-        raise UeventError(f"uevent {what} {raw[:64]!r}: not ASCII text") from exc
-    if not text.isprintable():
-        raise UeventError(f"uevent {what} {text[:64]!r}: contains control characters")
-    return text
-
-
-def parse_uevent(data: bytes) -> Uevent:
-    """Decode one kernel uevent payload.
-
-    Raises UeventError naming the offending part when the payload is not
-    ``ACTION@DEVPATH\\0KEY=VALUE\\0...`` or when ``ACTION``/``DEVPATH`` properties contradict
-    the header. udev's ``libudev`` messages are rejected (only kernel events are expected).
-    """
-    if len(data) > MAX_UEVENT_BYTES:
-        raise UeventError(f"uevent of {len(data)} bytes: larger than {MAX_UEVENT_BYTES}")
-    if data.startswith(b"libudev\x00"):
-        raise UeventError("uevent from udev (libudev header): only kernel uevents are read")
-    parts = data.split(b"\x00")
-    if parts and parts[-1] == b"":
-        parts.pop()
-    if not parts:
-        raise UeventError("uevent: empty payload")
-    header = _text(parts[0], "header")
-    action, sep, devpath = header.partition("@")
-    if not sep or not action or not devpath.startswith("/"):
-        raise UeventError(f"uevent header {header[:64]!r}: expected ACTION@/devpath")
-    properties: dict[str, str] = {}
-    for raw in parts[1:]:
-        item = _text(raw, "property")
-        key, sep, value = item.partition("=")
-        if not sep or not _KEY.match(key):
-            raise UeventError(f"uevent property {item[:64]!r}: expected KEY=VALUE")
-        if key in properties:
-            raise UeventError(f"uevent property {key!r}: given twice")
-        properties[key] = value
-    for key, expected in (("ACTION", action), ("DEVPATH", devpath)):
-        if properties.get(key, expected) != expected:
-            raise UeventError(
-                f"uevent {key}={properties[key]!r} contradicts the header {header[:64]!r}"
-            )
-    return Uevent(action, devpath, properties)
-
-
-def hotplug_event(
-    uevent: Uevent, actions: frozenset[HotplugAction] = HOTPLUG_ACTIONS
-) -> HotplugEvent | None:
-    """The hotplug event a uevent means, or None when it is about something else."""
-    subsystem = uevent.subsystem
-    if subsystem not in _DEVPATHS:
-        return None
-    match = _DEVPATHS[subsystem].match(uevent.devpath)
-    try:
-        action = HotplugAction(uevent.action)
-    except ValueError:
-        return None
-    if match is None or action not in actions or action is HotplugAction.LOST:
-        return None
-    seqnum_text = uevent.properties.get("SEQNUM")
-    seqnum = None
-    if seqnum_text is not None:
-        if not (seqnum_text.isascii() and seqnum_text.isdigit()) or len(seqnum_text) > 20:
-            raise UeventError(f"uevent SEQNUM={seqnum_text!r}: not a sequence number")
-        seqnum = int(seqnum_text)
-    return HotplugEvent(
-        HotplugSubsystem(subsystem), action, int(match.group(1)), uevent.devpath, seqnum
-    )
 
 
 HotplugCallback = Callable[[HotplugEvent], Awaitable[None]]
@@ -219,6 +92,7 @@ class HotplugWatcher:
 
     ``open()`` binds the socket (HotplugUnavailableError when that is impossible); ``run()``
     receives until ``close()``. Callback exceptions are logged and do not stop the watcher.
+    ``on_unreadable`` is called for each datagram the parser refuses (metrics).
     ``socket_factory`` returns an unbound pyroute2-style async uevent socket (tests use it).
     """
 
@@ -227,9 +101,11 @@ class HotplugWatcher:
         callback: HotplugCallback,
         *,
         actions: frozenset[HotplugAction] = HOTPLUG_ACTIONS,
+        on_unreadable: Callable[[], None] | None = None,
         socket_factory: Callable[[], Any] = _open_socket,
     ) -> None:
         self._callback = callback
+        self._on_unreadable = on_unreadable
         self._actions = actions
         self._socket_factory = socket_factory
         self._socket: Any = None
@@ -291,13 +167,19 @@ class HotplugWatcher:
             return
         self.received += 1
         try:
-            event = hotplug_event(parse_uevent(payload), self._actions)
+            uevent = parse_uevent(payload)
         except UeventError as exc:
             self.malformed += 1
-            log.warning("hotplug: ignoring a malformed uevent: %s", exc)
+            log.warning("hotplug: ignoring an unreadable uevent: %s", exc)
+            if self._on_unreadable is not None:
+                self._on_unreadable()
             return
-        if event is not None:
-            await self._deliver(event)
+        event = hotplug_event(uevent, self._actions)
+        if event is None:
+            return
+        if uevent.skipped:
+            log.info("hotplug: %s: properties set aside: %s", event, "; ".join(uevent.skipped))
+        await self._deliver(event)
 
     async def _deliver(self, event: HotplugEvent) -> None:
         try:
@@ -327,10 +209,13 @@ async def start_hotplug_watcher(
     callback: HotplugCallback,
     *,
     actions: frozenset[HotplugAction] = HOTPLUG_ACTIONS,
+    on_unreadable: Callable[[], None] | None = None,
     socket_factory: Callable[[], Any] = _open_socket,
 ) -> HotplugWatcher | None:
     """Open a watcher and run it as a task; None (logged) when hotplug cannot be watched."""
-    watcher = HotplugWatcher(callback, actions=actions, socket_factory=socket_factory)
+    watcher = HotplugWatcher(
+        callback, actions=actions, on_unreadable=on_unreadable, socket_factory=socket_factory
+    )
     try:
         await watcher.open()
     except HotplugUnavailableError as exc:

@@ -1,0 +1,30 @@
+"""Recorded kernel uevent datagrams: the shared recording and the repository's own.
+
+Both are JSON lines with ``raw_base64`` (the exact datagram) per message. The shared one is
+located via ``$UEVENT_CAPTURE_DIR`` (default ``<repo>/../shared/testdata/uevents``); the
+repository's own live in ``tests/data/uevents``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[2]
+OWN_DIR = _REPO / "tests" / "data" / "uevents"
+UEVENT_CAPTURE_ENV = "UEVENT_CAPTURE_DIR"
+
+
+def shared_dir() -> Path | None:
+    """The shared recording directory, or None when it is absent."""
+    env = os.environ.get(UEVENT_CAPTURE_ENV)
+    root = Path(env) if env else _REPO.parent / "shared" / "testdata" / "uevents"
+    return root if any(root.glob("*.jsonl")) else None
+
+
+def datagrams(path: Path) -> list[bytes]:
+    """Every datagram of one recording, in the order received."""
+    lines = path.read_text().splitlines()
+    return [base64.b64decode(json.loads(line)["raw_base64"]) for line in lines if line.strip()]
