@@ -149,6 +149,10 @@ class TopologySettings:
     """``[topology]``."""
 
     sysfs_root: str = "/sys"
+    cgroup_root: str = "/sys/fs/cgroup"
+    """Where the cgroup v1 ``cpuset`` hierarchy is repaired after a CPU hotplug; "" = never."""
+    kubepods_cgroup: str = ""
+    """The kubelet's top cgroup under ``<cgroup_root>/cpuset``; "" = kubepods or kubepods.slice."""
 
 
 @dataclass(frozen=True)
@@ -569,7 +573,14 @@ class _Parser:
         )
 
     def _topology(self, table: Mapping[str, Any]) -> TopologySettings:
-        return self._table("topology", table, TopologySettings(), sysfs_root=_path)
+        return self._table(
+            "topology",
+            table,
+            TopologySettings(),
+            sysfs_root=_path,
+            cgroup_root=_optional_path,
+            kubepods_cgroup=_cgroup_name,
+        )
 
     def _kubernetes(self, table: Mapping[str, Any]) -> KubernetesSettings:
         return self._table(
@@ -781,6 +792,14 @@ def _optional_path(p: _Parser, key: str, value: Any) -> Any:
         p.error(key, value, 'must be an absolute path, or "" to turn it off')
         return _INVALID
     return _path(p, key, value)
+
+
+def _cgroup_name(p: _Parser, key: str, value: Any) -> Any:
+    parts = value.split("/") if isinstance(value, str) else [""]
+    if value == "" or all(part not in ("", ".", "..") and "\x00" not in part for part in parts):
+        return value
+    p.error(key, value, 'must be a cgroup path relative to the cpuset hierarchy, or ""')
+    return _INVALID
 
 
 def _plugin_name(p: _Parser, key: str, value: Any) -> Any:

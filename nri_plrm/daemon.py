@@ -43,7 +43,8 @@ from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
 from nri_plrm.topology.hotplug.monitor import HotplugMonitor
-from nri_plrm.topology.hotplug.watcher import HotplugEvent, HotplugWatcher, start_hotplug_watcher
+from nri_plrm.topology.hotplug.uevent import HotplugEvent
+from nri_plrm.topology.hotplug.watcher import HotplugWatcher, start_hotplug_watcher
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.sysfs import discover
 
@@ -208,7 +209,15 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
                 await asyncio.sleep(0.2)
             notifier.status("connection to the runtime lost; reconnecting")
 
-    hotplug = HotplugMonitor(plugin.pods, topology, config.topology.sysfs_root)
+    hotplug = HotplugMonitor(
+        plugin.pods,
+        topology,
+        config.topology.sysfs_root,
+        reassert=plugin.reassert,
+        cgroup_root=config.topology.cgroup_root,
+        kubepods_cgroup=config.topology.kubepods_cgroup,
+        metrics=metrics,
+    )
     watchers: list[HotplugWatcher] = []
 
     async def on_hotplug(event: HotplugEvent) -> None:
@@ -217,7 +226,9 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     async def watch_hotplug() -> None:
         # after the first registration, so opening the uevent socket never delays it
         await stub.ready.wait()
-        watcher = await start_hotplug_watcher(on_hotplug)
+        watcher = await start_hotplug_watcher(
+            on_hotplug, on_unreadable=lambda: metrics.hotplug_ignored_event("unreadable")
+        )
         if watcher is None:
             return
         watchers.append(watcher)

@@ -52,6 +52,11 @@ POD_CACHE_FALLBACKS = ("unavailable", "not_found", "invalid")
 """Why a pod's spec lookup fell back to NRI-only inference."""
 EVENT_RESULTS = ("posted", "failed", "dropped", "deduplicated", "rate_limited")
 """What became of a Kubernetes Event the plugin recorded."""
+HOTPLUG_IGNORED = ("unreadable", "memory", "no_change")
+"""Why a hotplug uevent led to nothing: a datagram that cannot be read, a memory block event
+(reported, not acted on), or a CPU event after which the online CPUs were as before."""
+HOTPLUG_REPAIRS = ("cgroup_cpuset", "container_update")
+"""Repairs after a CPU hotplug: a cgroup v1 ``cpuset.cpus`` given back, a container re-asserted."""
 NEAR_TIMEOUT_FRACTION = 0.5
 """A request that took at least this fraction of the runtime's timeout counts as near it."""
 
@@ -229,6 +234,26 @@ class Metrics:
             ["method", "code"],
             registry=r,
         )
+        self.hotplug_events = Counter(
+            "nri_plrm_cpu_hotplug_events",
+            "CPU and memory hotplug events received from the kernel, by action (lost: events "
+            "may have been dropped, the machine was rediscovered).",
+            ["action"],
+            registry=r,
+        )
+        self.hotplug_ignored = Counter(
+            "nri_plrm_hotplug_events_ignored",
+            "Hotplug uevents that led to nothing, by reason (unreadable, memory, no_change).",
+            ["reason"],
+            registry=r,
+        )
+        self.hotplug_repairs = Counter(
+            "nri_plrm_hotplug_repairs",
+            "Repairs after a CPU hotplug, by kind (cgroup_cpuset: a cgroup v1 cpuset.cpus "
+            "given back; container_update: a container re-asserted).",
+            ["kind"],
+            registry=r,
+        )
         self.build_info = Gauge(
             "nri_plrm_build_info", "Always 1; the plugin's version.", ["version"], registry=r
         )
@@ -382,6 +407,20 @@ class Metrics:
     def observe_podresources(self, method: str, code: str) -> None:
         """One PodResources request and its gRPC status code name."""
         self.podresources_requests.labels(method=method, code=code).inc()
+
+    def hotplug_seen(self, action: str) -> None:
+        """A CPU or memory hotplug event was received (``action``: online, offline, ...)."""
+        self.hotplug_events.labels(action=action).inc()
+
+    def hotplug_ignored_event(self, reason: str) -> None:
+        """A hotplug uevent led to nothing (``HOTPLUG_IGNORED``)."""
+        _check(reason, HOTPLUG_IGNORED, "reason")
+        self.hotplug_ignored.labels(reason=reason).inc()
+
+    def hotplug_repaired(self, kind: str, count: int = 1) -> None:
+        """Repairs made after a CPU hotplug (``HOTPLUG_REPAIRS``)."""
+        _check(kind, HOTPLUG_REPAIRS, "kind")
+        self.hotplug_repairs.labels(kind=kind).inc(count)
 
     # Gauges computed from the plugin's view at scrape time ------------------------------
 

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from nri_plrm.checkpoint.journal import DecisionJournal, JournalError
@@ -966,6 +966,22 @@ class Plugin:
                 continue
             if failed:
                 self.log.warning("pool update failed for %d containers", len(failed))
+
+    async def reassert(self, cpus: Callable[[ContainerAssignment], CPUSet]) -> tuple[int, int]:
+        """Send every container its assignment with the cpuset ``cpus`` gives (empty: skipped)
+        through the update sender, outside any NRI event (CPU hotplug repair).
+
+        Returns (updates sent, updates the runtime reported failed); (0, 0) when not attached.
+        """
+        updates = []
+        for cid, key in sorted(self._ids.items()):
+            if (assignment := self.engine.assignment(*key)) is not None and (
+                chosen := cpus(assignment)
+            ):
+                updates.append(_update(cid, replace(assignment, cpus=chosen)))
+        if self._sender is None or not updates:
+            return 0, 0
+        return len(updates), len(await self._sender(updates) or ())
 
     async def drain(self) -> None:
         """Wait until queued pool updates have been sent (tests, shutdown)."""

@@ -21,15 +21,11 @@ from nri_plrm.config import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.hotplug.monitor import HotplugMonitor
-from nri_plrm.topology.hotplug.watcher import (
-    HotplugAction,
-    HotplugEvent,
-    HotplugSubsystem,
-    HotplugUnavailableError,
-    HotplugWatcher,
-)
+from nri_plrm.topology.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
+from nri_plrm.topology.hotplug.watcher import HotplugUnavailableError, HotplugWatcher
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 
@@ -88,8 +84,9 @@ def test_cpu_offline_under_an_exclusive_slice(
     root = tmp_path / "sys"
     write_sysfs(MACHINE, str(root))
     plugin = populated()
-    registry = CollectorRegistry()
-    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root))
+    metrics = Metrics()
+    registry = metrics.registry
+    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root), metrics=metrics)
     monitor.register(registry)
     decided = plugin.engine.assignments()
     main = plugin.engine.assignment("hp-1", "main")
@@ -136,8 +133,9 @@ def test_offline_cpu_outside_exclusive_slices_and_lost_events(tmp_path: Path) ->
     root = tmp_path / "sys"
     write_sysfs(MACHINE, str(root))
     plugin = populated()
-    registry = CollectorRegistry()
-    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root))
+    metrics = Metrics()
+    registry = metrics.registry
+    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root), metrics=metrics)
     monitor.register(registry)
     exclusive = CPUSet().union(
         *(a.cpus for a in plugin.engine.assignments().values() if a.exclusive)
@@ -159,6 +157,7 @@ def test_offline_cpu_outside_exclusive_slices_and_lost_events(tmp_path: Path) ->
     text = generate_latest(registry).decode()
     assert 'nri_plrm_cpu_hotplug_events_total{action="lost"} 1.0' in text
     assert 'nri_plrm_cpu_hotplug_events_total{action="offline"} 1.0' in text
+    assert 'nri_plrm_hotplug_events_ignored_total{reason="memory"} 1.0' in text
 
 
 def test_unreadable_tree_keeps_the_last_view(
@@ -185,8 +184,9 @@ def test_rescan_at_watch_start_reports_without_counting_an_event(tmp_path: Path)
     root = tmp_path / "sys"
     write_sysfs(MACHINE, str(root))
     plugin = populated()
-    registry = CollectorRegistry()
-    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root))
+    metrics = Metrics()
+    registry = metrics.registry
+    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root), metrics=metrics)
     monitor.register(registry)
     main = plugin.engine.assignment("hp-0", "main")
     assert main is not None

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from nri_plrm.topology.hotplug.cgroupv1 import KUBEPODS_NAMES
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:
@@ -105,6 +107,9 @@ def test_hardening_leaves_the_plugin_its_paths(unit: dict[str, dict[str, list[st
     writable.add("/var/lib/" + one(unit, "Service", "StateDirectory"))
     for path in (config["state"]["dir"], str(Path(config["pod_resources"]["socket"]).parent)):
         assert path in writable, f"{path} is read-only under ProtectSystem=strict"
+    # the cgroup v1 hotplug repair may write the kubelet's cpuset tree, nothing else of cgroupfs
+    cgroups = {p for p in writable if "/sys/fs/cgroup" in p}
+    assert cgroups == {f"-/sys/fs/cgroup/cpuset/{name}" for name in KUBEPODS_NAMES}
     assert one(unit, "Service", "StateDirectoryMode") == "0700"
 
 

@@ -46,6 +46,7 @@ address = ""
 level = "warning"
 [topology]
 sysfs_root = "{tmp}/sys"
+cgroup_root = "{tmp}/cgroup"
 [topology_manager]
 policy = "single-numa-node"
 scope = "pod"

@@ -56,6 +56,7 @@ socket = "{tmp}/run/pod-resources.sock"
 address = "127.0.0.1:{port}"
 [topology]
 sysfs_root = "{tmp}/sys"
+cgroup_root = "{tmp}/cgroup"
 {policy_toml}
 """
     return parse_config(text, str(tmp / "config.toml"))

@@ -1,6 +1,6 @@
-"""CPU hotplug under the plugin's allocations: detected, reported, metered, handled by one rule.
+"""CPU hotplug under the plugin's allocations: detected, reported, metered, repaired, one rule.
 
-The rule (docs/security.md, "CPU hotplug"):
+The rule (docs/security.md, "CPU hotplug"; docs/design.md, "CPU hotplug"):
 
 1. Assignments are never moved because a CPU went offline. The kernel already takes an offline
    CPU out of every cgroup's effective cpuset and gives it back when it returns online, so an
@@ -19,24 +19,42 @@ The rule (docs/security.md, "CPU hotplug"):
 4. Decisions keep using the topology discovered at start-up (as the kubelet's CPU manager
    does); a permanent change (CPUs removed or added for good) needs a restart of the plugin,
    which rediscovers the machine and reconciles its checkpoint with it.
+5. After every change of the online CPUs the node is made whole again: on cgroup v1 the CPUs
+   that came back are given back to the ``kubepods`` cpuset hierarchy top-down
+   (:mod:`nri_plrm.topology.hotplug.cgroupv1`), then every container is re-asserted with
+   ``UpdateContainers`` on its decided cpuset (on cgroup v1 restricted to the online CPUs, the
+   only ones the kernel accepts there; a container none of whose CPUs is online is skipped).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.spec import ContainerAssignment
 from nri_plrm.ledger.view import PodView
-from nri_plrm.topology.hotplug.watcher import HotplugAction, HotplugEvent, HotplugSubsystem
+from nri_plrm.metrics import Metrics
+from nri_plrm.topology.hotplug.cgroupv1 import (
+    CgroupVersion,
+    CpusetWrite,
+    cgroup_version,
+    give_back,
+    kubepods_cpuset,
+)
+from nri_plrm.topology.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.sysfs import discover
 
 log = logging.getLogger(__name__)
+
+Reasserter = Callable[[Callable[[ContainerAssignment], CPUSet]], Awaitable[tuple[int, int]]]
+"""Sends every container its assignment with the cpuset a function gives (``Plugin.reassert``)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +114,10 @@ class HotplugMonitor:
 
     ``pods`` returns the live assignments (``Plugin.pods``); ``topology`` is the start-up
     topology the engine decides on; ``sysfs_root`` is rediscovered on every CPU event (in a
-    worker thread). :meth:`register` exports the metrics.
+    worker thread). ``reassert`` (``Plugin.reassert``) re-sends every container's cpuset;
+    ``cgroup_root`` (empty: no hierarchy repair) is where the cgroup v1 ``cpuset`` hierarchy
+    and its ``kubepods_cgroup`` (empty: ``kubepods`` or ``kubepods.slice``) are found.
+    :meth:`register` exports the gauges.
     """
 
     def __init__(
@@ -104,23 +125,26 @@ class HotplugMonitor:
         pods: Callable[[], Sequence[PodView]],
         topology: Topology,
         sysfs_root: str,
+        *,
+        reassert: Reasserter | None = None,
+        cgroup_root: str = "",
+        kubepods_cgroup: str = "",
+        metrics: Metrics | None = None,
     ) -> None:
         self._pods = pods
         self.known = topology.all_cpus
         self.sysfs_root = sysfs_root
         self.online = self.known
         self._reported: dict[tuple[str, str], CPUSet] = {}
-        self._events: Counter | None = None
+        self._reassert = reassert
+        self.cgroup_root = cgroup_root
+        self.kubepods_cgroup = kubepods_cgroup
+        self._metrics = metrics
+        self._returned = CPUSet()
+        """CPUs back online whose give-back to the cgroup v1 hierarchy has not succeeded yet."""
 
     def register(self, registry: CollectorRegistry) -> None:
-        """Export the module's metrics on ``registry`` (once hotplug events can be received)."""
-        self._events = Counter(
-            "nri_plrm_cpu_hotplug_events",
-            "CPU hotplug events received from the kernel, by action (lost: events may have "
-            "been dropped, the machine was rediscovered).",
-            ["action"],
-            registry=registry,
-        )
+        """Export the module's gauges on ``registry`` (once hotplug events can be received)."""
         for name, text, measure in (
             (
                 "nri_plrm_cpus_offline",
@@ -160,11 +184,21 @@ class HotplugMonitor:
         Returns the new report, or None when the event needed no rediscovery or the tree could
         not be read (logged; the previous view of online CPUs is kept).
         """
-        if self._events is not None:
-            self._events.labels(event.action.value).inc()
+        if self._metrics is not None:
+            self._metrics.hotplug_seen(event.action.value)
         if event.subsystem is not HotplugSubsystem.CPU and event.action is not HotplugAction.LOST:
+            self._ignored("memory")
             return None
-        return await self.rescan(str(event))
+        before, retry = self.online, bool(self._returned)
+        report = await self.rescan(str(event))
+        if report is not None and self.online == before and not retry:
+            log.info("hotplug: %s: online cpus unchanged (%s); nothing to repair", event, before)
+            self._ignored("no_change")
+        return report
+
+    def _ignored(self, reason: str) -> None:
+        if self._metrics is not None:
+            self._metrics.hotplug_ignored_event(reason)
 
     async def rescan(self, why: str = "start") -> HotplugReport | None:
         """Rediscover the machine (in a worker thread) and apply the rule; None when the tree
@@ -175,7 +209,65 @@ class HotplugMonitor:
         except TopologyError as exc:
             log.error("hotplug: cannot rediscover %s after %s: %s", self.sysfs_root, why, exc)
             return None
-        return self.update(fresh.all_cpus)
+        before = self.online
+        report = self.update(fresh.all_cpus)
+        if self.online != before or self._returned:
+            await self.repair(before)
+        return report
+
+    async def repair(self, before: CPUSet) -> None:
+        """Make the node whole after the online CPUs changed from ``before``: on cgroup v1 give
+        the CPUs that came back to the ``kubepods`` hierarchy, then re-assert every container."""
+        online = self.online
+        self._returned = (self._returned | (online - before)) & online
+        version = CgroupVersion.UNKNOWN
+        if self.cgroup_root:
+            version = await asyncio.to_thread(cgroup_version, Path(self.cgroup_root))
+        if version is CgroupVersion.V1 and self._returned:
+            writes = await asyncio.to_thread(self._give_back, self._returned, online)
+            done = [w for w in writes if not w.error]
+            if self._metrics is not None and done:
+                self._metrics.hotplug_repaired("cgroup_cpuset", len(done))
+            if len(done) == len(writes):
+                self._returned = CPUSet()
+        else:
+            self._returned = CPUSet()
+        if self._reassert is None:
+            return
+
+        def cpus(assignment: ContainerAssignment) -> CPUSet:
+            # cgroup v1 refuses offline CPUs in cpuset.cpus; v2 keeps them (effective set only)
+            return assignment.cpus & online if version is CgroupVersion.V1 else assignment.cpus
+
+        try:
+            sent, failed = await self._reassert(cpus)
+        except (ConnectionError, RuntimeError, TimeoutError) as exc:
+            log.warning("hotplug: containers not re-asserted: %s", exc)
+            return
+        log.info(
+            "hotplug: re-asserted %d containers on their cpusets (cgroup %s, online cpus %s); "
+            "%d failed",
+            sent,
+            version.value,
+            online,
+            failed,
+            extra={"plrm": {"event": "hotplug-reassert", "sent": sent, "failed": failed}},
+        )
+        if failed:
+            log.warning("hotplug: the runtime failed to re-assert %d containers", failed)
+        if self._metrics is not None and sent > failed:
+            self._metrics.hotplug_repaired("container_update", sent - failed)
+
+    def _give_back(self, returned: CPUSet, online: CPUSet) -> list[CpusetWrite]:
+        kubepods = kubepods_cpuset(Path(self.cgroup_root), self.kubepods_cgroup)
+        if kubepods is None:
+            log.info(
+                "hotplug: cgroup v1: no %s cpuset under %s/cpuset; nothing to give back",
+                self.kubepods_cgroup or "kubepods",
+                self.cgroup_root,
+            )
+            return []
+        return give_back(kubepods, returned, online)
 
     def update(self, online: CPUSet) -> HotplugReport:
         """Take ``online`` as the CPUs online now; log what the rule says; return the report."""
