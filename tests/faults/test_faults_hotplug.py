@@ -103,7 +103,11 @@ def test_cpu_offline_under_an_exclusive_slice(
         ((hit),) = report.affected
         assert (hit.uid, hit.container, hit.offline) == ("hp-1", "main", CPUSet([victim]))
         assert hit.left == main.cpus - CPUSet([victim])
-        named = [r.getMessage() for r in caplog.records if "hp-1" in r.getMessage()]
+        named = [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "nri_plrm.hotplug" and "hp-1" in r.getMessage()
+        ]
         assert named and "main" in named[0] and str(victim) in named[0]
         # the rule: nothing moved
         assert plugin.engine.assignments() == decided

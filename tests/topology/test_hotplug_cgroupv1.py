@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import pytest
 from fake_cgroups import kernel_v1_offline, kernel_v1_online, read, write_v1_tree, write_v2_tree
+from uevent_recordings import OWN_DIR
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.topology.hotplug.cgroupv1 import (
@@ -15,6 +17,7 @@ from nri_plrm.topology.hotplug.cgroupv1 import (
     give_back,
     is_container_cgroup,
     kubepods_cpuset,
+    stranded_tasks,
 )
 
 ALL = CPUSet.parse("0-3")
@@ -116,3 +119,36 @@ def test_versions_and_the_kubepods_cgroup(tmp_path: Path) -> None:
 )
 def test_container_cgroups(path: str, container: bool) -> None:
     assert is_container_cgroup(Path("/sys/fs/cgroup/cpuset") / path) is container
+
+
+@pytest.mark.parametrize(
+    ("recording", "key"),
+    [("cpu1-offline-online.cgroups.json", "before"), ("cpu1-live-daemon.json", "before")],
+)
+def test_the_fake_kernel_does_what_the_recorded_kernel_did(
+    tmp_path: Path, recording: str, key: str
+) -> None:
+    """The fake v1 kernel the daemon tests use (fake_cgroups) matches the real one's record:
+    offline, the CPU leaves every cpuset; back online, no cpuset under the root gets it."""
+    states = json.loads((OWN_DIR / recording).read_text())
+    tree = {rel: CPUSet.parse(v["cpuset.cpus"]) for rel, v in states[key].items()}
+    hierarchy = write_v1_tree(tmp_path, CPUSet([0, 1]), tree)
+    kernel_v1_offline(hierarchy, 1)
+    assert {rel: str(read(hierarchy / rel)) for rel in tree} == {
+        rel: v["cpuset.cpus"] for rel, v in states["offline"].items()
+    }
+    kernel_v1_online(hierarchy, 1)
+    if recording == "cpu1-offline-online.cgroups.json":  # nothing repaired it
+        assert {rel: str(read(hierarchy / rel)) for rel in tree} == {
+            rel: v["cpuset.cpus"] for rel, v in states["online"].items()
+        }
+    moved = [rel for rel, v in states["offline"].items() if v["tasks"] > states[key][rel]["tasks"]]
+    assert [rel.rsplit("/", 1)[1][:3] for rel in moved] == ["pod"]
+
+
+def test_stranded_tasks_are_found_above_the_containers(tmp_path: Path) -> None:
+    hierarchy = write_v1_tree(tmp_path, ALL, TREE)
+    (hierarchy / POD / "ctr-shared" / "tasks").write_text("41\n")
+    assert stranded_tasks(hierarchy / "kubepods") == []
+    (hierarchy / POD / "tasks").write_text("42\n43\n")
+    assert stranded_tasks(hierarchy / "kubepods") == [(hierarchy / POD, 2)]

@@ -133,3 +133,25 @@ def give_back(kubepods: Path, returned: CPUSet, online: CPUSet) -> list[CpusetWr
         children = sorted(p for p in path.iterdir() if p.is_dir())
         pending.extend((child, after) for child in children if not is_container_cgroup(child))
     return writes
+
+
+def stranded_tasks(kubepods: Path) -> list[tuple[Path, int]]:
+    """Cgroups above the containers' (pod, QoS, ``kubepods``) that hold tasks, with how many.
+
+    They hold none in the kubelet's layout; on cgroup v1 the kernel moves there the tasks of a
+    container whose CPUs all went offline, and they stay when the CPUs return (nothing here
+    moves them back: the container runs on its pod's CPUs until it is restarted).
+    """
+    found = []
+    pending = [kubepods]
+    while pending:
+        path = pending.pop(0)
+        try:
+            count = len((path / "tasks").read_text().split())
+            children = sorted(p for p in path.iterdir() if p.is_dir())
+        except OSError:
+            continue
+        if count:
+            found.append((path, count))
+        pending.extend(child for child in children if not is_container_cgroup(child))
+    return found

@@ -46,6 +46,7 @@ from nri_plrm.topology.hotplug.cgroupv1 import (
     cgroup_version,
     give_back,
     kubepods_cpuset,
+    stranded_tasks,
 )
 from nri_plrm.topology.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
 from nri_plrm.topology.model import Topology, TopologyError
@@ -267,7 +268,16 @@ class HotplugMonitor:
                 self.cgroup_root,
             )
             return []
-        return give_back(kubepods, returned, online)
+        writes = give_back(kubepods, returned, online)
+        for path, count in stranded_tasks(kubepods):
+            log.warning(
+                "hotplug: cgroup v1: %s holds %d tasks the kernel moved out of a container whose "
+                "cpus all went offline; they run on its cpus until that container restarts",
+                path,
+                count,
+                extra={"plrm": {"event": "hotplug-stranded", "cgroup": str(path), "tasks": count}},
+            )
+        return writes
 
     def update(self, online: CPUSet) -> HotplugReport:
         """Take ``online`` as the CPUs online now; log what the rule says; return the report."""

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Take one CPU offline and back under the running plugin, on a real kernel (root; not CI).
+
+The daemon (``nri_plrm.daemon.run``) runs against the runtime simulator (tests/support/nrisim)
+on the machine's real ``/sys`` with the real uevent socket, and repairs a real cgroup v1
+cpuset tree built for the experiment under ``/sys/fs/cgroup/cpuset/<--kubepods>`` (pod and
+container cgroups laid out like the kubelet's and runc's, each container running ``sleep``).
+The simulated runtime applies the plugin's updates and this script writes each container's
+cpuset into its cgroup, as runc would, recording whether the kernel accepted it. The CPU is
+always brought back online and the tree removed. Prints a JSON report of the cgroups before,
+while offline and after, the runtime writes and the plugin's hotplug metrics and log lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+
+from nrisim import NRISimulator
+from plrm_daemon import free_port
+from plrm_runtime import FakeRuntime
+
+from nri_plrm import daemon
+from nri_plrm.config import parse_config
+from nri_plrm.engine.types import ContainerSpec, PodSpec
+
+GUARANTEED_UID = "0c6a3f8e-0000-4000-8000-0000000000a1"
+BESTEFFORT_UID = "5d1e2f3a-0000-4000-8000-0000000000b2"
+
+
+def cpuset_tree(root: Path) -> dict[str, Any]:
+    return {
+        str(p.relative_to(root.parent)): {
+            "cpuset.cpus": (p / "cpuset.cpus").read_text().strip(),
+            "tasks": len((p / "tasks").read_text().split()),
+        }
+        for p in sorted([root, *(d for d in root.rglob("*") if d.is_dir())])
+    }
+
+
+def runc_write(path: Path, cpus: str) -> str:
+    """Write a container's cpuset as runc does; "ok" or the kernel's error."""
+    try:
+        (path / "cpuset.cpus").write_text(cpus)
+    except OSError as exc:
+        return f"{cpus}: {exc.strerror}"
+    return f"{cpus}: ok"
+
+
+async def experiment(args: argparse.Namespace, tmp: Path, report: dict[str, Any]) -> None:
+    kubepods = Path("/sys/fs/cgroup/cpuset") / args.kubepods
+    all_cpus = (kubepods.parent / "cpuset.cpus").read_text().strip()
+    mems = (kubepods.parent / "cpuset.mems").read_text().strip()
+    port = free_port()
+    config = parse_config(
+        f"""
+[nri]
+socket = "{tmp}/nri.sock"
+[state]
+dir = "{tmp}/state"
+[pod_resources]
+enabled = false
+[metrics]
+address = "127.0.0.1:{port}"
+[topology]
+cgroup_root = "/sys/fs/cgroup"
+kubepods_cgroup = "{args.kubepods}"
+[cpu_manager]
+reserved_cpus = "0"
+""",
+        str(tmp / "config.toml"),
+    )
+    records: list[str] = []
+    sim = await NRISimulator.start(config.nri.socket)
+    ready = asyncio.Event()
+    task = asyncio.get_running_loop().create_task(daemon.run(config, on_ready=ready.set))
+    sleepers: list[subprocess.Popen[bytes]] = []
+    made: list[Path] = []
+    try:
+        await asyncio.wait_for(ready.wait(), 20)
+        handler = logging.Handler(logging.INFO)
+        handler.emit = lambda r: records.append(f"{r.levelname} {r.name}: {r.getMessage()}")  # type: ignore[method-assign]
+        logging.getLogger("nri_plrm").addHandler(handler)
+        runtime = FakeRuntime(sim)
+        one = {"cpu": 1000, "memory": 1 << 28}
+        guaranteed = PodSpec(
+            uid=GUARANTEED_UID,
+            name="guaranteed",
+            containers=(ContainerSpec("pinned", requests=one, limits=one),),
+        )
+        besteffort = PodSpec(
+            uid=BESTEFFORT_UID, name="besteffort", containers=(ContainerSpec("app"),)
+        )
+        g_pod = await runtime.launch(guaranteed)
+        b_pod = await runtime.launch(besteffort)
+        cgroups = {
+            runtime.id_of(g_pod, "pinned"): kubepods / f"pod{GUARANTEED_UID}",
+            runtime.id_of(b_pod, "app"): kubepods / "besteffort" / f"pod{BESTEFFORT_UID}",
+        }
+        for path in [kubepods, kubepods / "besteffort", *cgroups.values()]:
+            if path not in made:
+                path.mkdir()
+                made.append(path)
+                (path / "cpuset.mems").write_text(mems)
+                (path / "cpuset.cpus").write_text(all_cpus)
+        for cid, parent in cgroups.items():
+            path = parent / cid
+            path.mkdir()
+            made.append(path)
+            (path / "cpuset.mems").write_text(mems)
+            (path / "cpuset.cpus").write_text(str(runtime.containers[cid].cpus))
+            proc = subprocess.Popen(["sleep", "600"])
+            sleepers.append(proc)
+            (path / "tasks").write_text(str(proc.pid))
+        report["decided"] = {cid: str(rc.cpus) for cid, rc in runtime.containers.items()}
+        report["before"] = cpuset_tree(kubepods)
+        await asyncio.sleep(1)  # the watcher opens its socket after registration
+
+        async def runc_applies(phase: str) -> None:
+            await runtime.settle()
+            report[f"runc_{phase}"] = {
+                cid: runc_write(parent / cid, str(runtime.containers[cid].cpus))
+                for cid, parent in cgroups.items()
+            }
+
+        online = Path(f"/sys/devices/system/cpu/cpu{args.cpu}/online")
+        try:
+            online.write_text("0")
+            await asyncio.sleep(args.seconds)
+            await runc_applies("offline")
+            report["offline"] = cpuset_tree(kubepods)
+        finally:
+            online.write_text("1")
+        await asyncio.sleep(2)
+        await runc_applies("online")
+        report["online"] = cpuset_tree(kubepods)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        report["metrics"] = [
+            line for line in text.splitlines() if "hotplug" in line and not line.startswith("#")
+        ]
+        report["log"] = [r for r in records if "hotplug" in r]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        await sim.close()
+        for proc in sleepers:
+            proc.kill()
+            proc.wait()
+        for path in reversed(made):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cpu", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--kubepods", default="kubepods-test")
+    args = parser.parse_args()
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="nri-plrm-hotplug-") as tmp:
+        try:
+            asyncio.run(experiment(args, Path(tmp), report))
+        finally:
+            Path(f"/sys/devices/system/cpu/cpu{args.cpu}/online").write_text("1")
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
