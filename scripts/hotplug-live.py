@@ -33,7 +33,7 @@ from plrm_runtime import FakeRuntime
 
 from nri_plrm import daemon
 from nri_plrm.config import parse_config
-from nri_plrm.engine.types import ContainerSpec, PodSpec
+from nri_plrm.engine.spec import ContainerSpec, PodSpec
 
 GUARANTEED_UID = "0c6a3f8e-0000-4000-8000-0000000000a1"
 BESTEFFORT_UID = "5d1e2f3a-0000-4000-8000-0000000000b2"

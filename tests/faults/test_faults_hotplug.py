@@ -106,7 +106,7 @@ def test_cpu_offline_under_an_exclusive_slice(
         named = [
             r.getMessage()
             for r in caplog.records
-            if r.name == "nri_plrm.hotplug" and "hp-1" in r.getMessage()
+            if r.name == "nri_plrm.topology.hotplug.monitor" and "hp-1" in r.getMessage()
         ]
         assert named and "main" in named[0] and str(victim) in named[0]
         # the rule: nothing moved
