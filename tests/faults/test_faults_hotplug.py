@@ -23,6 +23,7 @@ from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
+from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.topology.hotplug.monitor import HotplugMonitor
 from nri_plrm.topology.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
 from nri_plrm.topology.hotplug.watcher import HotplugUnavailableError, HotplugWatcher
@@ -249,3 +250,36 @@ def test_daemon_watches_hotplug_where_uevents_can_be_received(
 def scrape(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as reply:
         return str(reply.read().decode())
+
+
+def test_reassert_sends_every_container_and_skips_one_with_no_cpu_left() -> None:
+    """``Plugin.reassert`` (the monitor's hook): one UpdateContainers with every container's
+    cpuset as the monitor's function gives it; a container it leaves empty is not sent."""
+    plugin = populated()
+    sent: list[list[api.ContainerUpdate]] = []
+
+    async def sender(updates: list[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
+        sent.append(updates)
+        return updates[:1]  # the runtime failed the first one
+
+    main = plugin.engine.assignment("hp-1", "main")
+    assert main is not None and main.exclusive
+    online = MACHINE.all_cpus - main.cpus
+    assert asyncio.run(plugin.reassert(lambda a: a.cpus)) == (0, 0)  # no sender attached
+    plugin.attach(sender)
+    count, failed = asyncio.run(plugin.reassert(lambda a: a.cpus & online))
+    (updates,) = sent
+    ids = {
+        nri_container(spec, ctr).id: (spec.uid, ctr.name)
+        for spec in (mixed(f"hp-{i}") for i in range(3))
+        for ctr in creation_order(spec)
+    }
+    by_key = {ids[u.container_id]: CPUSet.parse(u.linux.resources.cpu.cpus) for u in updates}
+    assert ("hp-1", "main") not in by_key
+    assert by_key == {
+        key: assignment.cpus & online
+        for key in ids.values()
+        if (assignment := plugin.engine.assignment(*key)) is not None and assignment.cpus & online
+    }
+    assert len(by_key) == len(ids) - 1
+    assert (count, failed) == (len(updates), 1)
