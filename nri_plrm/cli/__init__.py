@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from nri_plrm import __version__
+from nri_plrm.cli import doctor
 from nri_plrm.cli.check_config import cmd_check_config
 from nri_plrm.cli.inputs import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, UsageError
 from nri_plrm.cli.run import cmd_run
@@ -143,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", metavar="FILE", help="TOML configuration file")
     _topology_options(check, "optional: also check against this machine")
     check.set_defaults(handler=cmd_check_config)
+
+    doctor.add_parser(sub, PROG)
 
     version = sub.add_parser(
         "version",

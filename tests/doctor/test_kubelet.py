@@ -1,0 +1,147 @@
+"""doctor's kubelet checks against fake kubelet configurations and real state-file formats."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from nri_plrm.checkpoint.kubelet import (
+    CPUManagerState,
+    MemoryManagerState,
+    MemoryTable,
+    NUMANodeState,
+    encode_cpu_manager_state,
+    encode_memory_manager_state,
+)
+from nri_plrm.config import Config, StateSettings, parse_config
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.doctor import kubelet
+from nri_plrm.doctor.kubelet import KubeletConfig, read_kubelet_config
+from nri_plrm.doctor.result import Status
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL_YAML = re.findall(r"```yaml\n(.*?)```", (REPO / "docs/install.md").read_text(), re.S)[0]
+HEAD = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+STATIC = HEAD + (
+    "cpuManagerPolicy: static\nmemoryManagerPolicy: Static\n"
+    "topologyManagerPolicy: single-numa-node\nreservedSystemCPUs: 0,1\n"
+    "reservedMemory:\n- numaNode: 0\n  limits: {memory: 1Gi}\n"
+)
+
+
+def load(tmp: Path, text: str) -> KubeletConfig:
+    path = tmp / "config.yaml"
+    path.write_text(text)
+    return read_kubelet_config(str(path))
+
+
+def statuses(kc: KubeletConfig) -> dict[str, Status]:
+    return {c.name: c.status for c in kubelet.check_managers(kc)}
+
+
+def test_install_guide_kubelet_passes(tmp_path: Path) -> None:
+    kc = load(tmp_path, INSTALL_YAML)
+    assert kubelet.check_config_file(kc).status is Status.OK
+    assert set(statuses(kc).values()) == {Status.OK}
+    gates = kubelet.check_feature_gates(kc)
+    assert gates is not None and gates.status is Status.OK
+    assert gates.message == "featureGates: PodLevelResources=True"
+
+
+def test_static_managers_conflict(tmp_path: Path) -> None:
+    kc = load(tmp_path, STATIC)
+    assert statuses(kc) == {
+        "cpu-manager": Status.FAIL,
+        "memory-manager": Status.FAIL,
+        "topology-manager": Status.WARN,
+    }
+    (cpu, *_) = kubelet.check_managers(kc)
+    assert cpu.message.startswith("cpuManagerPolicy: static:")
+    assert "set cpuManagerPolicy: none in" in cpu.fix and "drain the node" in cpu.fix
+
+
+def test_unset_policies_are_the_kubelets_defaults(tmp_path: Path) -> None:
+    kc = load(tmp_path, HEAD)
+    checks = kubelet.check_managers(kc)
+    assert {c.status for c in checks} == {Status.OK}
+    assert all("the kubelet's default" in c.message for c in checks)
+
+
+def test_reserved_cpus_mirror(tmp_path: Path) -> None:
+    kc = load(tmp_path, HEAD + 'reservedSystemCPUs: "0-1"\n')
+    mirrored = parse_config('[cpu_manager]\nreserved_cpus = "0,1"\n')
+    check = kubelet.check_reserved_cpus(kc, mirrored)
+    assert check is not None and check.status is Status.OK
+    check = kubelet.check_reserved_cpus(kc, Config())
+    assert check is not None and check.status is Status.WARN
+    assert 'reserved_cpus = "0-1"' in check.fix
+    bad = kubelet.check_reserved_cpus(load(tmp_path, HEAD + "reservedSystemCPUs: x\n"), Config())
+    assert bad is not None and bad.status is Status.FAIL
+
+
+def test_pod_level_resources_gate_off_warns(tmp_path: Path) -> None:
+    kc = load(tmp_path, HEAD + "featureGates:\n  PodLevelResources: false\n")
+    check = kubelet.check_feature_gates(kc)
+    assert check is not None and check.status is Status.WARN
+    assert "PodLevelResources: true" in check.fix
+
+
+@pytest.mark.parametrize(
+    ("driver", "systemd", "status"),
+    [
+        ("systemd", True, Status.OK),
+        (None, False, Status.OK),
+        ("cgroupfs", True, Status.FAIL),
+        ("systemd", False, Status.FAIL),
+        ("systemd", None, Status.OK),
+    ],
+)
+def test_cgroup_driver_matches_containerd(
+    tmp_path: Path, driver: str | None, systemd: bool | None, status: Status
+) -> None:
+    kc = load(tmp_path, HEAD + (f"cgroupDriver: {driver}\n" if driver else ""))
+    check = kubelet.check_cgroup_driver(kc, systemd)
+    assert check is not None and check.status is status
+
+
+def test_missing_broken_and_foreign_files(tmp_path: Path) -> None:
+    missing = read_kubelet_config(str(tmp_path / "absent.yaml"))
+    check = kubelet.check_config_file(missing)
+    assert check.status is Status.WARN and "--kubelet-config" in check.fix
+    assert kubelet.check_managers(missing) == []
+    assert kubelet.check_reserved_cpus(missing, Config()) is None
+    assert kubelet.check_config_file(load(tmp_path, "a: [")).status is Status.FAIL
+    foreign = kubelet.check_config_file(load(tmp_path, "kind: Pod\n"))
+    assert foreign.status is Status.FAIL and "'Pod'" in foreign.message
+
+
+def state_config(tmp: Path) -> Config:
+    state = dataclasses.replace(
+        StateSettings(), kubelet_cpu_manager_state=str(tmp / "cpu_manager_state")
+    )
+    return dataclasses.replace(Config(), state=state)
+
+
+def test_state_files_with_static_policies_fail(tmp_path: Path) -> None:
+    config = state_config(tmp_path)
+    assert kubelet.check_state_files(config).status is Status.OK
+    (tmp_path / "cpu_manager_state").write_bytes(
+        encode_cpu_manager_state(CPUManagerState("none", CPUSet()))
+    )
+    check = kubelet.check_state_files(config)
+    assert check.status is Status.OK and check.message == "cpu_manager_state: none"
+    table = MemoryTable(8 << 30, 1 << 30, 7 << 30, 0, 7 << 30)
+    memory = MemoryManagerState("Static", {0: NUMANodeState(0, {"memory": table}, (0,))})
+    (tmp_path / "memory_manager_state").write_bytes(encode_memory_manager_state(memory))
+    check = kubelet.check_state_files(config)
+    assert check.status is Status.FAIL
+    assert "memory_manager_state: policyName 'Static'" in check.message
+    (tmp_path / "cpu_manager_state").write_bytes(
+        encode_cpu_manager_state(CPUManagerState("static", CPUSet(range(4))))
+    )
+    check = kubelet.check_state_files(config)
+    assert "cpu_manager_state: policyName 'static'" in check.message
+    assert "remove the kubelet's cpu_manager_state" in check.fix
