@@ -5,8 +5,8 @@
 #   3. install it with dpkg into a scratch root (maintainer scripts run chrootless with
 #      DPKG_ROOT), then, in a private mount namespace where the scratch root's /usr, /opt and /etc
 #      are overlaid on the machine's (the machine itself is not changed), run the installed
-#      `nri-plrm version`, `check-config`, `topology` and
-#      `simulate /usr/share/nri-plrm/examples/*.yaml`, then start the installed plugin the way
+#      `nri-plrm version`, `check-config`, `topology`,
+#      `simulate /usr/share/nri-plrm/examples/*.yaml` and `doctor`, then start the installed plugin the way
 #      the unit does against a simulated containerd (scripts/ci-packaging-live.py: READY=1,
 #      /healthz, a seed pod pinned, `nri-plrm state`, reload, STOPPING=1);
 #   4. `systemd-analyze verify` the unit with the installed ExecStart binary in place;
@@ -79,6 +79,10 @@ nri-plrm check-config /etc/nri-plrm/config.toml
 nri-plrm simulate /usr/share/nri-plrm/examples/*.yaml
 nri-plrm topology
 nri-plrm simulate --output json /usr/share/nri-plrm/examples/*.yaml > "$2/simulate.json"
+# the preflight runs read-only; no plugin is registered yet, so its worst result is FAIL
+doctor_exit=0
+nri-plrm doctor --output json > "$2/doctor.json" || doctor_exit=$?
+[ "$doctor_exit" = 2 ]
 systemd-analyze verify "$root/lib/systemd/system/nri-plrm.service"
 "$ci_python" "$repo/scripts/ci-packaging-live.py" "$2/live" \
     "$root/lib/systemd/system/nri-plrm.service"
@@ -93,6 +97,14 @@ pods = result["pods"]
 assert pods, "simulate --output json reported no pods"
 print(f"ci-packaging: simulate: {len(pods)} pods, "
       f"{sum(p['admitted'] for p in pods)} admitted", file=sys.stderr)
+PY
+/usr/bin/python3 - "$work/doctor.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+assert report["exit_code"] == 2 and report["status"] == "FAIL", report["status"]
+failed = {c["area"] + "." + c["name"] for c in report["checks"] if c["status"] == "FAIL"}
+assert "plugin.registered" in failed, failed
+print(f"ci-packaging: doctor: {report['counts']}", file=sys.stderr)
 PY
 cmp -s systemd/nri-plrm.service "$root/lib/systemd/system/nri-plrm.service" \
     || die "the packaged unit differs from systemd/nri-plrm.service"

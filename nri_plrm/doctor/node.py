@@ -171,9 +171,10 @@ def check_config_on_machine(pc: PluginConfig, topology: Topology) -> Check:
             "; ".join(warnings),
             f"set [topology_manager] policy in {pc.config.source} (docs/config.md)",
         )
+    subject = pc.path if pc.found else "the built-in defaults"
     return ok(
         CONFIG_AREA,
         "on-this-machine",
-        f"{pc.config.source}: fits this machine (policy {pc.config.topology_manager.policy}, "
+        f"{subject}: fit this machine (policy {pc.config.topology_manager.policy}, "
         f"scope {pc.config.topology_manager.scope})",
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from fakenode import write_node
 from plrm_daemon import Running, running_daemon
 from plrm_runtime import FakeRuntime
 
@@ -98,6 +99,12 @@ def test_kubelet_managers_none() -> None:
     assert kubelet["memoryManagerPolicy"] == "None"
     assert kubelet["topologyManagerPolicy"] == "none"
     assert kubelet["featureGates"] == {"PodLevelResources": True}
+
+
+def test_doctor_is_the_first_and_last_step() -> None:
+    cmds = commands()
+    assert cmds[0] == ["nri-plrm", "doctor"]
+    assert cmds[-1] == ["nri-plrm", "doctor", "--config", "/etc/nri-plrm/config.toml"]
 
 
 # --------------------------------------------------------------------------- commands
@@ -230,11 +237,17 @@ async def run_cli(args: list[str]) -> tuple[int, str, str]:
 
 
 def config_file(tmp: Path, running: Running) -> Path:
-    """The running daemon's settings as a file for ``--config``."""
+    """The running daemon's settings as a file for ``--config``, with the NRI timeouts mirrored
+    from the guide's containerd section as step 1 says."""
     c = running.config
+    nri = tomllib.loads(blocks("toml")[0])["plugins"][NRI_TABLE]
     path = tmp / "operator.toml"
     path.write_text(
-        f'[nri]\nsocket = "{c.nri.socket}"\n[state]\ndir = "{c.state.dir}"\n'
+        f'[nri]\nsocket = "{c.nri.socket}"\n'
+        f"request_timeout = {float(nri['plugin_request_timeout'][:-1])}\n"
+        f"registration_timeout = {float(nri['plugin_registration_timeout'][:-1])}\n"
+        f'[state]\ndir = "{c.state.dir}"\n'
+        f'kubelet_cpu_manager_state = "{c.state.kubelet_cpu_manager_state}"\n'
         f'[pod_resources]\nsocket = "{c.pod_resources.socket}"\n'
         f'[metrics]\naddress = "{c.metrics.address}"\n'
         f'[topology]\nsysfs_root = "{c.topology.sysfs_root}"\n'
@@ -255,6 +268,8 @@ def test_every_command_is_exercised(tmp_path: Path) -> None:
             (spec,) = load_manifests([REPO / "examples" / "pod-scope-mixed.yaml"])
             await runtime.launch(spec)
             operator_config = config_file(tmp_path, running)
+            # doctor reads containerd's and the kubelet's files as the guide writes them.
+            node_options = write_node(tmp_path / "host", running.config.nri.socket)
             pending: list[list[str]] = []
 
             def run_nri_plrm(argv: list[str]) -> None:
@@ -294,10 +309,14 @@ def test_every_command_is_exercised(tmp_path: Path) -> None:
             for args in pending:
                 mapped = [
                     str(operator_config)
-                    if a == "/etc/nri-plrm/config.toml" and args[0] == "state"
+                    if a == "/etc/nri-plrm/config.toml" and args[0] in ("state", "doctor")
                     else a
                     for a in args
                 ]
+                if mapped[0] == "doctor":
+                    if "--config" not in mapped:  # its default is /etc/nri-plrm/config.toml
+                        mapped += ["--config", str(operator_config)]
+                    mapped += node_options
                 expanded: list[str] = []
                 for a in mapped:
                     if "*" in a:
@@ -309,7 +328,7 @@ def test_every_command_is_exercised(tmp_path: Path) -> None:
                 if expanded[0] == "state":
                     expanded += ["--output", "json"]
                 code, out, err = await run_cli(expanded)
-                assert code == 0, f"nri-plrm {shlex.join(args)}: exit {code}: {err}"
+                assert code == 0, f"nri-plrm {shlex.join(args)}: exit {code}: {err}{out}"
                 if expanded[0] == "state":
                     # The checkpoint absorbs the decision journal once the plugin is idle
                     # (at most CHECKPOINT_LAG seconds); the PodResources view is immediate.
@@ -329,6 +348,7 @@ def test_every_command_is_exercised(tmp_path: Path) -> None:
     assert sorted(set(ran)) == [
         "curl",
         "nri-plrm check-config",
+        "nri-plrm doctor",
         "nri-plrm simulate",
         "nri-plrm state",
         "nri-plrm topology",
