@@ -1,11 +1,12 @@
 """containerd: its version, and whether its NRI plugin lets nri-plrm in on time.
 
-containerd 2.x reads ``/etc/containerd/config.toml`` (format ``version = 3``, or ``version = 2``
-migrated in memory) and the files its ``imports`` name (relative to the main file's directory,
-globs allowed), merging plugin tables key by key. The NRI settings live in the
-``[plugins."io.containerd.nri.v1.nri"]`` table; keys written anywhere else are ignored. Defaults
-(containerd 2.x): NRI on, external connections on, socket ``/var/run/nri/nri.sock``, registration
-timeout 5 s, request timeout 2 s. containerd 1.7 had NRI off by default.
+containerd 2.x reads ``/etc/containerd/config.toml`` (format ``version = 3``, ``4`` from 2.3
+on; older formats are migrated in memory at start) and the files its ``imports`` name
+(relative to the main file's directory, globs allowed), merging plugin tables key by key. The
+NRI settings live in the ``[plugins."io.containerd.nri.v1.nri"]`` table; keys written anywhere
+else are ignored. Defaults (containerd 2.x): NRI on, external connections on, socket
+``/var/run/nri/nri.sock``, registration timeout 5 s, request timeout 2 s. containerd 1.7 had NRI
+off by default.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def read_containerd_config(path: str) -> ContainerdConfig:
     version = raw_version if isinstance(raw_version, int) else 1
     nri = dict(_nri_table(data, version))
     misplaced = _misplaced(data, path)
-    runc = RUNC_OPTIONS.get(version, RUNC_OPTIONS[2])
+    runc = RUNC_OPTIONS[3 if version >= 3 else 2]
     systemd = _dig(data, ("plugins", *runc, "SystemdCgroup"))
     files, errors = [path], []
     for extra in _imports(data, path):
@@ -292,7 +293,8 @@ def check_config_file(cfg: ContainerdConfig) -> Check:
         return warn(
             AREA,
             "config",
-            f"{read}: config version {cfg.version}: containerd 2.x no longer reads this format",
+            f"{read}: config version {cfg.version} is deprecated (containerd 2.x migrates it "
+            "in memory at every start)",
             f"convert it with `containerd config migrate > {cfg.path}.new`, review, then move it "
             "in place",
         )

@@ -19,6 +19,7 @@ from nri_plrm.checkpoint.kubelet import kubelet_cpu_policy
 from nri_plrm.config import Config
 from nri_plrm.cpuset import CPUSet, CPUSetError
 from nri_plrm.doctor.result import Check, fail, ok, warn
+from nri_plrm.quantity import QuantityError, format_bytes, memory_bytes
 
 AREA = "kubelet"
 DEFAULT_CONFIG_PATH = "/var/lib/kubelet/config.yaml"
@@ -143,6 +144,65 @@ def check_reserved_cpus(kc: KubeletConfig, config: Config) -> Check | None:
         f"reservedSystemCPUs {theirs} differs from the plugin's {ours_text}",
         f'set [cpu_manager] reserved_cpus = "{theirs}" in {config.source} (mirror the kubelet, '
         f"{INSTALL_STEP_2})",
+    )
+
+
+def _kubelet_reserved_memory(value: Any) -> dict[int, dict[str, int]]:
+    """``reservedMemory`` as bytes per NUMA node and resource; ValueError naming the entry."""
+    if not isinstance(value, list):
+        raise ValueError("not a list")
+    out: dict[int, dict[str, int]] = {}
+    for i, entry in enumerate(value):
+        node = entry.get("numaNode") if isinstance(entry, Mapping) else None
+        limits = entry.get("limits") if isinstance(entry, Mapping) else None
+        if not isinstance(node, int) or not isinstance(limits, Mapping):
+            raise ValueError(f"entry {i}: needs numaNode (a number) and limits (a mapping)")
+        try:
+            sizes = {str(k): memory_bytes(v) for k, v in limits.items()}
+        except QuantityError as exc:
+            raise ValueError(f"entry {i}: {exc}") from exc
+        out.setdefault(node, {}).update(sizes)
+    return out
+
+
+def _memory_text(reserved: Mapping[int, Mapping[str, int]]) -> str:
+    return "; ".join(
+        f"node {node}: " + ", ".join(f"{k} {format_bytes(v)}" for k, v in sorted(sizes.items()))
+        for node, sizes in sorted(reserved.items())
+    )
+
+
+def check_reserved_memory(kc: KubeletConfig, config: Config) -> Check | None:
+    """The kubelet's ``reservedMemory`` equals the plugin's ``[memory_manager]`` reservation."""
+    if not kc.found or kc.error:
+        return None
+    value = kc.data.get("reservedMemory")
+    ours = config.memory_manager.reserved()
+    if not value:
+        return ok(
+            AREA,
+            "reserved-memory",
+            f"reservedMemory unset; the plugin reserves {_memory_text(ours) or 'nothing'}",
+        )
+    try:
+        theirs = _kubelet_reserved_memory(value)
+    except ValueError as exc:
+        return fail(AREA, "reserved-memory", f"reservedMemory: {exc}", f"fix it in {kc.path}")
+    if theirs == ours:
+        return ok(AREA, "reserved-memory", f"reservedMemory = plugin's ({_memory_text(ours)})")
+    entries = ", ".join(
+        f"{{ numa_node = {node}, "
+        + ", ".join(f'"{k}" = "{format_bytes(v)}"' for k, v in sorted(sizes.items()))
+        + " }"
+        for node, sizes in sorted(theirs.items())
+    )
+    return warn(
+        AREA,
+        "reserved-memory",
+        f"reservedMemory ({_memory_text(theirs)}) differs from the plugin's "
+        f"({_memory_text(ours) or 'nothing'})",
+        f"set [memory_manager] reserved_memory = [ {entries} ] in {config.source} (mirror the "
+        f"kubelet, {INSTALL_STEP_2})",
     )
 
 

@@ -66,8 +66,9 @@ def check_cgroup(root: str) -> Check:
         return warn(
             CGROUP_AREA,
             "version",
-            f"cgroup v1 at {root}{hybrid}: works, but Kubernetes keeps cgroup v1 in maintenance "
-            "mode and recent kubelets refuse it unless failCgroupV1: false",
+            f"cgroup v1 at {root}{hybrid}: works, but containerd deprecated cgroup v1 in 2.2 "
+            "and Kubernetes keeps it in maintenance mode (recent kubelets refuse it unless "
+            "failCgroupV1: false)",
             "boot with cgroup v2: add systemd.unified_cgroup_hierarchy=1 to the kernel command "
             "line (the default on Debian 12)",
         )

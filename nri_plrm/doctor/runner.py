@@ -42,6 +42,7 @@ def run_checks(inputs: DoctorInputs) -> list[Check]:
     ]
     for optional in (
         kubelet.check_reserved_cpus(kc, config),
+        kubelet.check_reserved_memory(kc, config),
         kubelet.check_feature_gates(kc),
         kubelet.check_cgroup_driver(kc, cc.systemd_cgroup),
     ):

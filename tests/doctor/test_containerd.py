@@ -95,6 +95,21 @@ def test_v2_config_enabled_and_its_runc_driver(tmp_path: Path) -> None:
     assert check.status is Status.OK and "set in the config" in check.message
 
 
+def test_v3_and_v4_read_the_v3_runc_table(tmp_path: Path) -> None:
+    runc = ".containerd.runtimes.runc.options]\nSystemdCgroup = true\n"
+    v3 = INSTALL_TOML + '[plugins."io.containerd.cri.v1.runtime"' + runc
+    cfg = read_containerd_config(write(tmp_path / "v3.toml", v3))
+    assert cfg.systemd_cgroup is True
+    v4 = v3.replace("version = 3", "version = 4")
+    cfg = read_containerd_config(write(tmp_path / "v4.toml", v4))
+    assert cfg.version == 4 and cfg.systemd_cgroup is True
+    assert containerd.check_config_file(cfg).status is Status.OK
+    assert containerd.check_nri_enabled(cfg, V2_VERSION).status is Status.OK
+    # The version 2 CRI table name means nothing in a version 3 file.
+    old = INSTALL_TOML + '[plugins."io.containerd.grpc.v1.cri"' + runc
+    assert read_containerd_config(write(tmp_path / "old.toml", old)).systemd_cgroup is None
+
+
 @pytest.mark.parametrize("text", [V2_DISABLED, V3_DISABLED])
 def test_nri_disabled_fails_with_the_key_to_change(tmp_path: Path, text: str) -> None:
     path = write(tmp_path / "config.toml", text)

@@ -145,3 +145,28 @@ def test_state_files_with_static_policies_fail(tmp_path: Path) -> None:
     check = kubelet.check_state_files(config)
     assert "cpu_manager_state: policyName 'static'" in check.message
     assert "remove the kubelet's cpu_manager_state" in check.fix
+
+
+def test_reserved_memory_mirror(tmp_path: Path) -> None:
+    kc = load(tmp_path, STATIC)
+    check = kubelet.check_reserved_memory(kc, Config())
+    assert check is not None and check.status is Status.WARN
+    assert check.message == (
+        "reservedMemory (node 0: memory 1Gi) differs from the plugin's (node 0: memory 512Mi)"
+    )
+    # The fix is TOML the plugin accepts, and it makes the two agree.
+    toml = check.fix.split("set ", 1)[1].split(" in ", 1)[0]
+    section, _, assignment = toml.partition(" ")
+    mirrored = parse_config(f"{section}\n{assignment}\n")
+    fixed = kubelet.check_reserved_memory(kc, mirrored)
+    assert fixed is not None and fixed.status is Status.OK
+
+
+def test_reserved_memory_unset_or_bad(tmp_path: Path) -> None:
+    check = kubelet.check_reserved_memory(load(tmp_path, HEAD), Config())
+    assert check is not None and check.status is Status.OK
+    assert check.message == "reservedMemory unset; the plugin reserves node 0: memory 512Mi"
+    bad = load(tmp_path, HEAD + "reservedMemory:\n- numaNode: 0\n  limits: {memory: lots}\n")
+    check = kubelet.check_reserved_memory(bad, Config())
+    assert check is not None and check.status is Status.FAIL
+    assert check.message.startswith("reservedMemory: entry 0:")
