@@ -14,6 +14,7 @@ from nri_plrm.cli.render import emit_json, render_table
 from nri_plrm.config import DEFAULT_PATH
 from nri_plrm.doctor.containerd import DEFAULT_CONFIG_PATH as CONTAINERD_CONFIG
 from nri_plrm.doctor.kubelet import DEFAULT_CONFIG_PATH as KUBELET_CONFIG
+from nri_plrm.doctor.kubelet_process import DEFAULT_PROC
 from nri_plrm.doctor.node import DEFAULT_CGROUP_ROOT
 from nri_plrm.doctor.result import Check, Status, worst
 from nri_plrm.doctor.runner import DoctorInputs, run_checks
@@ -55,8 +56,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], prog: s
     )
     doctor.add_argument(
         "--kubelet-config",
-        default=KUBELET_CONFIG,
-        help=f"the kubelet's configuration file (default {KUBELET_CONFIG})",
+        metavar="FILE",
+        help="the kubelet's configuration file (default: the running kubelet's --config, else "
+        f"{KUBELET_CONFIG})",
+    )
+    doctor.add_argument(
+        "--proc",
+        default=DEFAULT_PROC,
+        metavar="DIR",
+        help=f"where to find the running kubelet's command line (default {DEFAULT_PROC})",
     )
     doctor.add_argument(
         "--sysfs",
@@ -82,6 +90,7 @@ def cmd_doctor(args: argparse.Namespace, out: TextIO) -> int:
         containerd_config=args.containerd_config,
         containerd_binary=args.containerd,
         kubelet_config=args.kubelet_config,
+        proc=args.proc,
         sysfs=args.sysfs,
         cgroup_root=args.cgroup_root,
     )

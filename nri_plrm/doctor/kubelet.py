@@ -18,6 +18,7 @@ import yaml
 from nri_plrm.checkpoint.kubelet import kubelet_cpu_policy
 from nri_plrm.config import Config
 from nri_plrm.cpuset import CPUSet, CPUSetError
+from nri_plrm.doctor.kubelet_process import FLAG_KEYS, KubeletProcess
 from nri_plrm.doctor.result import Check, fail, ok, warn
 from nri_plrm.quantity import QuantityError, format_bytes, memory_bytes
 
@@ -34,40 +35,81 @@ MEMORY_MANAGER_STATE_FILE = "memory_manager_state"
 
 @dataclass(frozen=True)
 class KubeletConfig:
-    """The kubelet configuration file as read (``data`` empty when missing or broken)."""
+    """The kubelet's settings: its configuration file as read (``data`` empty when missing or
+    broken) and, when a kubelet runs, the keys its command-line flags override."""
 
     path: str
     found: bool
     data: Mapping[str, Any] = field(default_factory=dict)
     error: str = ""
+    process: KubeletProcess | None = None
+
+    @property
+    def known(self) -> bool:
+        """Whether there are settings to check (a readable file or a running kubelet)."""
+        return (self.found and not self.error) or self.process is not None
+
+    def value(self, key: str) -> Any:
+        """A key as the kubelet applies it: the flag's value, else the file's, else None."""
+        flags = self.process.flags if self.process is not None else {}
+        if key == "featureGates" and key in flags:
+            base = self.data.get(key)
+            return {**(base if isinstance(base, Mapping) else {}), **flags[key]}
+        return flags[key] if key in flags else self.data.get(key)
 
     def get(self, key: str, default: Any) -> Any:
-        """A top-level key, or ``default`` when unset (the kubelet's own default)."""
-        value = self.data.get(key)
+        """:meth:`value`, or ``default`` when unset (the kubelet's own default)."""
+        value = self.value(key)
         return default if value is None else value
 
+    def source(self, key: str) -> str:
+        """Where a key's value comes from: a flag, the file, or the kubelet's default."""
+        if self.process is not None and key in self.process.flags:
+            flag = next(f for f, k in FLAG_KEYS.items() if k == key)
+            return f"flag --{flag} of kubelet pid {self.process.pid}"
+        return f"in {self.path}" if key in self.data else "the kubelet's default"
 
-def read_kubelet_config(path: str) -> KubeletConfig:
+
+def config_path(explicit: str | None, process: KubeletProcess | None) -> str:
+    """The file to read: ``--kubelet-config``, else the running kubelet's ``--config``, else
+    the kubeadm default."""
+    if explicit:
+        return explicit
+    if process is not None and process.config:
+        return process.config
+    return DEFAULT_CONFIG_PATH
+
+
+def read_kubelet_config(path: str, process: KubeletProcess | None = None) -> KubeletConfig:
     """Read ``path``; never raises for a missing or broken file."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
     except FileNotFoundError:
-        return KubeletConfig(path, found=False)
+        return KubeletConfig(path, found=False, process=process)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        return KubeletConfig(path, found=True, error=str(exc).replace("\n", " "))
+        error = str(exc).replace("\n", " ")
+        return KubeletConfig(path, found=True, error=error, process=process)
     if not isinstance(data, Mapping):
-        return KubeletConfig(path, found=True, error="not a YAML mapping")
-    return KubeletConfig(path, found=True, data=data)
+        return KubeletConfig(path, found=True, error="not a YAML mapping", process=process)
+    return KubeletConfig(path, found=True, data=data, process=process)
 
 
 def check_config_file(kc: KubeletConfig) -> Check:
     """The kubelet configuration exists and is a KubeletConfiguration."""
+    running = f"kubelet pid {kc.process.pid}" if kc.process is not None else ""
     if not kc.found:
+        if kc.process is not None and kc.process.config is None:
+            return ok(
+                AREA,
+                "config",
+                f"{running} runs without --config: its flags and defaults are checked",
+            )
+        where = f"{running} names it with --config" if running else "no kubelet is running"
         return warn(
             AREA,
             "config",
-            f"{kc.path}: no such file: the kubelet's managers cannot be checked",
+            f"{kc.path}: no such file ({where}): the kubelet's managers cannot be checked",
             "pass the kubelet's --config file with --kubelet-config (see `systemctl cat "
             "kubelet`); a kubelet configured by flags needs --cpu-manager-policy=none "
             f"--memory-manager-policy=None --topology-manager-policy=none ({INSTALL_STEP_2})",
@@ -82,18 +124,25 @@ def check_config_file(kc: KubeletConfig) -> Check:
             f"{kc.path}: kind {kind!r}: not a KubeletConfiguration",
             "pass the kubelet's configuration file with --kubelet-config",
         )
-    return ok(AREA, "config", f"{kc.path} ({kc.data.get('apiVersion', 'no apiVersion')})")
+    version = kc.data.get("apiVersion", "no apiVersion")
+    return ok(AREA, "config", f"{kc.path} ({version}{', ' + running if running else ''})")
 
 
 def _policy_check(
     kc: KubeletConfig, name: str, key: str, default: str, off: str, severity: str
 ) -> Check:
     policy = str(kc.get(key, default))
+    source = kc.source(key)
     if policy.lower() == off.lower():
-        source = "set" if key in kc.data else "the kubelet's default"
         return ok(AREA, name, f"{key}: {policy} ({source})")
-    message = f"{key}: {policy}: the kubelet's manager and nri-plrm would fight over the node"
-    fix = f"set {key}: {off} in {kc.path}; " + SWITCH_OFF
+    message = (
+        f"{key}: {policy} ({source}): the kubelet's manager and nri-plrm would fight over the node"
+    )
+    if source.startswith("flag "):
+        flag = source.split()[1]
+        fix = f"set {flag}={off} on the kubelet's command line (or drop it); " + SWITCH_OFF
+    else:
+        fix = f"set {key}: {off} in {kc.path}; " + SWITCH_OFF
     if severity == "warn":
         return warn(AREA, name, message, fix)
     return fail(AREA, name, message, fix)
@@ -101,7 +150,7 @@ def _policy_check(
 
 def check_managers(kc: KubeletConfig) -> list[Check]:
     """The CPU, Memory and Topology Managers are off (none / None / none)."""
-    if not kc.found or kc.error:
+    if not kc.known:
         return []
     return [
         _policy_check(kc, "cpu-manager", "cpuManagerPolicy", "none", "none", "fail"),
@@ -114,9 +163,9 @@ def check_managers(kc: KubeletConfig) -> list[Check]:
 
 def check_reserved_cpus(kc: KubeletConfig, config: Config) -> Check | None:
     """The kubelet's ``reservedSystemCPUs`` equals the plugin's ``[cpu_manager]`` reservation."""
-    if not kc.found or kc.error:
+    if not kc.known:
         return None
-    value = kc.data.get("reservedSystemCPUs")
+    value = kc.value("reservedSystemCPUs")
     cm = config.cpu_manager
     ours = str(cm.reserved_cpus) if cm.reserved_cpus is not None else f"{cm.reserved_cpu_count}"
     ours_text = (
@@ -174,9 +223,9 @@ def _memory_text(reserved: Mapping[int, Mapping[str, int]]) -> str:
 
 def check_reserved_memory(kc: KubeletConfig, config: Config) -> Check | None:
     """The kubelet's ``reservedMemory`` equals the plugin's ``[memory_manager]`` reservation."""
-    if not kc.found or kc.error:
+    if not kc.known:
         return None
-    value = kc.data.get("reservedMemory")
+    value = kc.value("reservedMemory")
     ours = config.memory_manager.reserved()
     if not value:
         return ok(
@@ -208,9 +257,9 @@ def check_reserved_memory(kc: KubeletConfig, config: Config) -> Check | None:
 
 def check_feature_gates(kc: KubeletConfig) -> Check | None:
     """``PodLevelResources`` is on (default on from Kubernetes 1.34)."""
-    if not kc.found or kc.error:
+    if not kc.known:
         return None
-    gates = kc.data.get("featureGates") or {}
+    gates = kc.value("featureGates") or {}
     if not isinstance(gates, Mapping):
         return fail(
             AREA, "feature-gates", f"featureGates {gates!r}: not a mapping", f"fix {kc.path}"
@@ -229,7 +278,7 @@ def check_feature_gates(kc: KubeletConfig) -> Check | None:
 
 def check_cgroup_driver(kc: KubeletConfig, systemd_cgroup: bool | None) -> Check | None:
     """The kubelet's cgroup driver matches containerd's runc ``SystemdCgroup`` option."""
-    if not kc.found or kc.error:
+    if not kc.known:
         return None
     driver = str(kc.get("cgroupDriver", "cgroupfs"))
     if systemd_cgroup is None:
@@ -247,12 +296,24 @@ def check_cgroup_driver(kc: KubeletConfig, systemd_cgroup: bool | None) -> Check
     )
 
 
-def check_state_files(config: Config) -> Check:
-    """No kubelet CPU or Memory Manager state file names a static policy."""
+def check_state_files(config: Config, process: KubeletProcess | None = None) -> Check:
+    """No kubelet CPU or Memory Manager state file names a static policy, and the plugin looks
+    for them where a running kubelet keeps them (its ``--root-dir``)."""
     cpu_path = config.state.kubelet_cpu_manager_state
     if not cpu_path:
         return ok(AREA, "state-files", "[state] kubelet_cpu_manager_state is empty: not checked")
     memory_path = os.path.join(os.path.dirname(cpu_path), MEMORY_MANAGER_STATE_FILE)
+    if process is not None and process.root_dir is not None:
+        root = os.path.normpath(process.root_dir)
+        if os.path.normpath(os.path.dirname(cpu_path)) != root:
+            expected = os.path.join(root, os.path.basename(cpu_path))
+            return warn(
+                AREA,
+                "state-files",
+                f"kubelet pid {process.pid} keeps its state in --root-dir {root}, but the "
+                f"plugin's [state] kubelet_cpu_manager_state is {cpu_path}",
+                f'set [state] kubelet_cpu_manager_state = "{expected}" in {config.source}',
+            )
     found: list[str] = []
     static: list[str] = []
     for path in (cpu_path, memory_path):

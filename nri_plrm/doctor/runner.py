@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nri_plrm.config import DEFAULT_PATH
-from nri_plrm.doctor import containerd, kubelet, live, node
+from nri_plrm.doctor import containerd, kubelet, kubelet_process, live, node
 from nri_plrm.doctor.result import Check
 
 
@@ -17,7 +17,10 @@ class DoctorInputs:
     containerd_config: str = containerd.DEFAULT_CONFIG_PATH
     containerd_binary: str | None = None
     """None: ``containerd`` on PATH."""
-    kubelet_config: str = kubelet.DEFAULT_CONFIG_PATH
+    kubelet_config: str | None = None
+    """None: the running kubelet's ``--config``, else the kubeadm default."""
+    proc: str = kubelet_process.DEFAULT_PROC
+    """Where to look for a running kubelet's command line."""
     sysfs: str | None = None
     """None: the plugin's ``[topology] sysfs_root``."""
     cgroup_root: str = node.DEFAULT_CGROUP_ROOT
@@ -30,7 +33,8 @@ def run_checks(inputs: DoctorInputs) -> list[Check]:
     config = plugin.config
     version = containerd.probe_version(inputs.containerd_binary)
     cc = containerd.read_containerd_config(inputs.containerd_config)
-    kc = kubelet.read_kubelet_config(inputs.kubelet_config)
+    process = kubelet_process.find_kubelet(inputs.proc)
+    kc = kubelet.read_kubelet_config(kubelet.config_path(inputs.kubelet_config, process), process)
     checks: list[Check] = [
         containerd.check_version(version),
         containerd.check_config_file(cc),
@@ -48,7 +52,7 @@ def run_checks(inputs: DoctorInputs) -> list[Check]:
     ):
         if optional is not None:
             checks.append(optional)
-    checks.append(kubelet.check_state_files(config))
+    checks.append(kubelet.check_state_files(config, process))
     checks.append(node.check_cgroup(inputs.cgroup_root))
     checks.append(node.check_plugin_config(plugin))
     topology, discovered = node.discover_machine(inputs.sysfs or config.topology.sysfs_root)

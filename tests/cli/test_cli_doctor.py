@@ -182,6 +182,8 @@ def test_bare_machine_names_what_is_missing(tmp_path: Path) -> None:
             str(empty),
             "--sysfs",
             str(empty / "sys"),
+            "--proc",
+            str(empty),
         ],
         capture_output=True,
         text=True,
@@ -209,6 +211,7 @@ def test_help_has_examples_and_every_override() -> None:
         "--kubelet-config",
         "--sysfs",
         "--cgroup-root",
+        "--proc",
         "--output",
     ):
         assert option in text

@@ -20,6 +20,7 @@ from nri_plrm.config import Config, StateSettings, parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.doctor import kubelet
 from nri_plrm.doctor.kubelet import KubeletConfig, read_kubelet_config
+from nri_plrm.doctor.kubelet_process import find_kubelet, kubelet_from_argv
 from nri_plrm.doctor.result import Status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def test_static_managers_conflict(tmp_path: Path) -> None:
         "topology-manager": Status.WARN,
     }
     (cpu, *_) = kubelet.check_managers(kc)
-    assert cpu.message.startswith("cpuManagerPolicy: static:")
+    assert cpu.message.startswith(f"cpuManagerPolicy: static (in {kc.path}): ")
     assert "set cpuManagerPolicy: none in" in cpu.fix and "drain the node" in cpu.fix
 
 
@@ -170,3 +171,57 @@ def test_reserved_memory_unset_or_bad(tmp_path: Path) -> None:
     check = kubelet.check_reserved_memory(bad, Config())
     assert check is not None and check.status is Status.FAIL
     assert check.message.startswith("reservedMemory: entry 0:")
+
+
+def test_flags_of_the_running_kubelet_override_its_file(tmp_path: Path) -> None:
+    config = tmp_path / "kubelet.yaml"
+    config.write_text(INSTALL_YAML)
+    proc = tmp_path / "proc"
+    (proc / "1").mkdir(parents=True)
+    (proc / "1" / "cmdline").write_bytes(b"/sbin/init\0")
+    (proc / "812").mkdir()
+    argv = [
+        "/usr/bin/kubelet",
+        "--config",
+        str(config),
+        "--cpu-manager-policy=static",
+        "--feature-gates=PodLevelResources=false,InPlacePodVerticalScaling=true",
+        "--root-dir=/data/kubelet",
+    ]
+    (proc / "812" / "cmdline").write_bytes("\0".join(argv).encode() + b"\0")
+    (proc / "self").mkdir()
+    process = find_kubelet(str(proc))
+    assert process is not None and process.pid == 812 and process.config == str(config)
+    assert kubelet.config_path(None, process) == str(config)
+    assert kubelet.config_path("/other.yaml", process) == "/other.yaml"
+    kc = read_kubelet_config(kubelet.config_path(None, process), process)
+    assert "kubelet pid 812" in kubelet.check_config_file(kc).message
+    cpu, memory, _ = kubelet.check_managers(kc)
+    assert cpu.status is Status.FAIL
+    assert "flag --cpu-manager-policy of kubelet pid 812" in cpu.message
+    assert cpu.fix.startswith("set --cpu-manager-policy=none on the kubelet's command line")
+    assert memory.status is Status.OK
+    gates = kubelet.check_feature_gates(kc)
+    assert gates is not None and gates.status is Status.WARN
+    assert "InPlacePodVerticalScaling=True, PodLevelResources=False" in gates.message
+    state = kubelet.check_state_files(Config(), process)
+    assert state.status is Status.WARN
+    assert 'kubelet_cpu_manager_state = "/data/kubelet/cpu_manager_state"' in state.fix
+
+
+def test_kubelet_without_config_file_is_checked_by_flags(tmp_path: Path) -> None:
+    process = kubelet_from_argv(7, ["kubelet", "--memory-manager-policy", "Static"])
+    assert process.config is None
+    assert kubelet.config_path(None, process) == kubelet.DEFAULT_CONFIG_PATH
+    kc = read_kubelet_config(str(tmp_path / "absent.yaml"), process)
+    check = kubelet.check_config_file(kc)
+    assert check.status is Status.OK and "runs without --config" in check.message
+    statuses_ = {c.name: c.status for c in kubelet.check_managers(kc)}
+    assert statuses_["memory-manager"] is Status.FAIL and statuses_["cpu-manager"] is Status.OK
+
+
+def test_no_kubelet_process(tmp_path: Path) -> None:
+    assert find_kubelet(str(tmp_path)) is None
+    assert find_kubelet(str(tmp_path / "absent")) is None
+    kc = read_kubelet_config(str(tmp_path / "absent.yaml"), None)
+    assert "no kubelet is running" in kubelet.check_config_file(kc).message

@@ -1,5 +1,6 @@
 """A fake node for ``nri-plrm doctor``: containerd and kubelet configs, a containerd binary that
-prints a version, and a cgroup v2 mount, all under one directory.
+prints a version, a cgroup v2 mount and an empty ``proc`` (no kubelet process), all under one
+directory.
 
 :func:`write_node` returns the doctor options that point at them. The configurations default to
 the ones docs/install.md tells the operator to write, so a node set up by the guide is what the
@@ -49,7 +50,11 @@ def write_node(
     cgroup = root / "sys" / "fs" / "cgroup"
     cgroup.mkdir(parents=True, exist_ok=True)
     (cgroup / "cgroup.controllers").write_text(CGROUP_V2_CONTROLLERS + "\n")
+    proc = root / "proc"  # no kubelet runs on this node: the files above are what is checked
+    proc.mkdir(exist_ok=True)
     return [
+        "--proc",
+        str(proc),
         "--containerd",
         str(binary),
         "--containerd-config",
