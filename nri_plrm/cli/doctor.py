@@ -13,6 +13,7 @@ from typing import TextIO
 from nri_plrm.cli.render import emit_json, render_table
 from nri_plrm.config import DEFAULT_PATH
 from nri_plrm.doctor.containerd import DEFAULT_CONFIG_PATH as CONTAINERD_CONFIG
+from nri_plrm.doctor.containerd_version import DEFAULT_ADDRESS as CONTAINERD_SOCKET
 from nri_plrm.doctor.kubelet import DEFAULT_CONFIG_PATH as KUBELET_CONFIG
 from nri_plrm.doctor.kubelet_process import DEFAULT_PROC
 from nri_plrm.doctor.node import DEFAULT_CGROUP_ROOT
@@ -52,7 +53,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], prog: s
         help=f"containerd's config.toml (default {CONTAINERD_CONFIG})",
     )
     doctor.add_argument(
-        "--containerd", metavar="BINARY", help="the containerd binary (default: containerd on PATH)"
+        "--containerd-socket",
+        metavar="PATH",
+        help="containerd's API socket, asked for its version (default: [grpc] address of its "
+        f"config, else {CONTAINERD_SOCKET})",
     )
     doctor.add_argument(
         "--kubelet-config",
@@ -88,7 +92,7 @@ def cmd_doctor(args: argparse.Namespace, out: TextIO) -> int:
     inputs = DoctorInputs(
         config=args.config,
         containerd_config=args.containerd_config,
-        containerd_binary=args.containerd,
+        containerd_socket=args.containerd_socket,
         kubelet_config=args.kubelet_config,
         proc=args.proc,
         sysfs=args.sysfs,

@@ -14,15 +14,14 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shutil
 import stat
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from nri_plrm.config import Config
+from nri_plrm.doctor.containerd_version import ContainerdVersion
 from nri_plrm.doctor.result import Check, fail, ok, warn
 
 if sys.version_info >= (3, 11):
@@ -49,8 +48,6 @@ DEFAULT_REGISTRATION_TIMEOUT = 5.0
 DEFAULT_REQUEST_TIMEOUT = 2.0
 RECOMMENDED_REQUEST_TIMEOUT = 5.0
 """docs/install.md step 1: head room for Synchronize on busy nodes and for other plugins."""
-VERSION_TIMEOUT = 5.0
-"""Seconds ``containerd --version`` may take."""
 RUNC_OPTIONS = {
     3: ("io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"),
     2: ("io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
@@ -68,7 +65,6 @@ _UNIT_SECONDS = {
     "m": 60.0,
     "h": 3600.0,
 }
-_VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)([-+~.][0-9A-Za-z.+~-]*)?")
 
 
 def go_duration(text: str) -> float:
@@ -97,6 +93,8 @@ class ContainerdConfig:
     """The merged ``[plugins."io.containerd.nri.v1.nri"]`` table."""
     misplaced: tuple[str, ...] = ()
     """NRI keys written outside the NRI table (ignored by containerd)."""
+    grpc_address: str | None = None
+    """``[grpc] address``: containerd's own API socket, when the file sets it."""
     systemd_cgroup: bool | None = None
     """runc's ``SystemdCgroup`` option when the file sets it."""
     files: tuple[str, ...] = ()
@@ -181,86 +179,18 @@ def read_containerd_config(path: str) -> ContainerdConfig:
         extra_systemd = _dig(imported, ("plugins", *runc, "SystemdCgroup"))
         if extra_systemd is not None:
             systemd = extra_systemd
+    address = _dig(data, ("grpc", "address"))
     return ContainerdConfig(
         path,
         found=True,
         version=version,
         nri=nri,
+        grpc_address=address if isinstance(address, str) and address else None,
         misplaced=tuple(misplaced),
         systemd_cgroup=systemd if isinstance(systemd, bool) else None,
         files=tuple(files),
         errors=tuple(errors),
     )
-
-
-# --------------------------------------------------------------------------- version
-
-
-@dataclass(frozen=True)
-class ContainerdVersion:
-    """``containerd --version``: the version triple (None when unknown) and the raw line."""
-
-    binary: str | None
-    version: tuple[int, int, int] | None
-    text: str
-    error: str = ""
-
-
-def probe_version(binary: str | None, timeout: float = VERSION_TIMEOUT) -> ContainerdVersion:
-    """Run ``binary --version`` (default: ``containerd`` on PATH) with a timeout."""
-    path = binary if binary else shutil.which("containerd")
-    if not path:
-        return ContainerdVersion(None, None, "", "not found on PATH")
-    try:
-        done = subprocess.run(
-            [path, "--version"],
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except FileNotFoundError:
-        return ContainerdVersion(path, None, "", "no such file")
-    except PermissionError:
-        return ContainerdVersion(path, None, "", "not executable")
-    except subprocess.TimeoutExpired:
-        return ContainerdVersion(path, None, "", f"--version did not answer in {timeout:g} s")
-    except OSError as exc:
-        return ContainerdVersion(path, None, "", str(exc))
-    text = done.stdout.decode(errors="replace").strip()
-    if done.returncode != 0:
-        return ContainerdVersion(path, None, text, f"--version exited {done.returncode}")
-    match = _VERSION.search(text)
-    triple = (int(match[1]), int(match[2]), int(match[3])) if match else None
-    return ContainerdVersion(path, triple, text)
-
-
-def check_version(found: ContainerdVersion) -> Check:
-    """containerd is installed and is 2.0 or later."""
-    install = (
-        "install containerd 2.0 or later (release tarball or your distribution's containerd 2.x "
-        "package) and put `containerd` on PATH, or name it with --containerd"
-    )
-    if found.binary is None:
-        return fail(AREA, "version", f"containerd: {found.error}", install)
-    if found.error and not found.text:
-        return fail(AREA, "version", f"{found.binary}: {found.error}", install)
-    if found.version is None:
-        return warn(
-            AREA,
-            "version",
-            f"{found.binary}: no x.y.z version in {found.text!r}",
-            "check that this is containerd: `containerd --version`",
-        )
-    text = ".".join(map(str, found.version))
-    if found.version[0] < 2:
-        return fail(
-            AREA,
-            "version",
-            f"containerd {text}: nri-plrm needs containerd 2.0 or later",
-            "upgrade containerd to 2.0 or later, " + INSTALL_STEP_1,
-        )
-    return ok(AREA, "version", f"containerd {text} ({found.binary})")
 
 
 # --------------------------------------------------------------------------- config

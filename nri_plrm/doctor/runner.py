@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nri_plrm.config import DEFAULT_PATH
-from nri_plrm.doctor import containerd, kubelet, kubelet_process, live, node
+from nri_plrm.doctor import containerd, containerd_version, kubelet, kubelet_process, live, node
 from nri_plrm.doctor.result import Check
 
 
@@ -15,8 +15,8 @@ class DoctorInputs:
 
     config: str = DEFAULT_PATH
     containerd_config: str = containerd.DEFAULT_CONFIG_PATH
-    containerd_binary: str | None = None
-    """None: ``containerd`` on PATH."""
+    containerd_socket: str | None = None
+    """None: ``[grpc] address`` of containerd's config, else its default socket."""
     kubelet_config: str | None = None
     """None: the running kubelet's ``--config``, else the kubeadm default."""
     proc: str = kubelet_process.DEFAULT_PROC
@@ -31,12 +31,13 @@ def run_checks(inputs: DoctorInputs) -> list[Check]:
     """Every check's result; reads files and probes sockets, writes nothing."""
     plugin = node.read_plugin_config(inputs.config)
     config = plugin.config
-    version = containerd.probe_version(inputs.containerd_binary)
     cc = containerd.read_containerd_config(inputs.containerd_config)
+    address = inputs.containerd_socket or cc.grpc_address or containerd_version.DEFAULT_ADDRESS
+    version = containerd_version.probe_version(address)
     process = kubelet_process.find_kubelet(inputs.proc)
     kc = kubelet.read_kubelet_config(kubelet.config_path(inputs.kubelet_config, process), process)
     checks: list[Check] = [
-        containerd.check_version(version),
+        containerd_version.check_version(version),
         containerd.check_config_file(cc),
         containerd.check_nri_enabled(cc, version),
         containerd.check_nri_socket(cc, config),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakenode import write_node
+from fakenode import containerd_api, write_node
 from fakesysfs import write_sysfs
 from static_view import StaticView
 
@@ -50,12 +51,6 @@ class Node:
 def node(tmp_path: Path) -> Iterator[Node]:
     """A node set up as docs/install.md says, with the plugin registered and serving."""
     root = tmp_path / "node"
-    nri_socket = str(tmp_path / "nri.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(nri_socket)
-    listener.listen(1)
-    args = write_node(root, nri_socket)
-    write_sysfs(load_topology(SPEC), str(root / "sys"))
     health = {"healthy": True}
 
     def healthz() -> tuple[bool, str]:
@@ -63,24 +58,30 @@ def node(tmp_path: Path) -> Iterator[Node]:
             return True, "ok"
         return False, "not connected to the runtime's NRI socket"
 
-    metrics = MetricsServer(Metrics(), "127.0.0.1:0", health=healthz)
-    metrics.start()
-    pod_resources = PodResourcesServer(PodResourcesService(StaticView()), str(tmp_path / "pr.sock"))
-    pod_resources.start()
-    config = tmp_path / "config.toml"
-    config.write_text(
-        f'[nri]\nsocket = "{nri_socket}"\nrequest_timeout = 5.0\n'
-        f'[state]\nkubelet_cpu_manager_state = "{root}/var/lib/kubelet/cpu_manager_state"\n'
-        f'[pod_resources]\nsocket = "{tmp_path}/pr.sock"\n'
-        f'[metrics]\naddress = "127.0.0.1:{metrics.port}"\n'
-        f'[topology]\nsysfs_root = "{root}/sys"\n'
-    )
-    try:
+    with contextlib.ExitStack() as stack:
+        nri_socket = str(tmp_path / "nri.sock")
+        listener = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+        listener.bind(nri_socket)
+        listener.listen(1)
+        containerd = stack.enter_context(containerd_api(str(tmp_path / "containerd.sock")))
+        args = write_node(root, nri_socket, containerd)
+        write_sysfs(load_topology(SPEC), str(root / "sys"))
+        metrics = MetricsServer(Metrics(), "127.0.0.1:0", health=healthz)
+        metrics.start()
+        stack.callback(metrics.stop)
+        pr_socket = str(tmp_path / "pr.sock")
+        pod_resources = PodResourcesServer(PodResourcesService(StaticView()), pr_socket)
+        pod_resources.start()
+        stack.callback(pod_resources.stop, None)
+        config = tmp_path / "config.toml"
+        config.write_text(
+            f'[nri]\nsocket = "{nri_socket}"\nrequest_timeout = 5.0\n'
+            f'[state]\nkubelet_cpu_manager_state = "{root}/var/lib/kubelet/cpu_manager_state"\n'
+            f'[pod_resources]\nsocket = "{pr_socket}"\n'
+            f'[metrics]\naddress = "127.0.0.1:{metrics.port}"\n'
+            f'[topology]\nsysfs_root = "{root}/sys"\n'
+        )
         yield Node(root, args, config, health)
-    finally:
-        pod_resources.stop(None)
-        metrics.stop()
-        listener.close()
 
 
 def test_node_set_up_by_the_guide_is_all_ok(node: Node) -> None:
@@ -90,7 +91,7 @@ def test_node_set_up_by_the_guide_is_all_ok(node: Node) -> None:
     assert rows and all(row.startswith("OK  ") for row in rows), out
     assert "to fix:" not in out
     assert out.endswith(f"0 FAIL, 0 WARN, {len(rows)} OK: OK (exit 0)\n")
-    assert re.search(r"^OK +containerd\.version +containerd 2\.1\.4 ", out, re.M)
+    assert re.search(r"^OK +containerd\.version +containerd 2\.1\.4 running ", out, re.M)
 
 
 def test_json_schema(node: Node) -> None:
@@ -184,6 +185,8 @@ def test_bare_machine_names_what_is_missing(tmp_path: Path) -> None:
             str(empty / "sys"),
             "--proc",
             str(empty),
+            "--containerd-socket",
+            str(empty / "containerd.sock"),
         ],
         capture_output=True,
         text=True,
@@ -194,7 +197,12 @@ def test_bare_machine_names_what_is_missing(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == ""
     out = proc.stdout
-    assert re.search(r"^FAIL +containerd\.version +containerd: not found on PATH$", out, re.M)
+    assert re.search(
+        r"^FAIL +containerd\.version +containerd is not installed \(no `containerd` on PATH\) "
+        r"and not running",
+        out,
+        re.M,
+    )
     assert "install containerd 2.0 or later" in out
     assert "kubelet.config" in out and "no such file" in out
     assert "to fix:" in out
@@ -207,7 +215,7 @@ def test_help_has_examples_and_every_override() -> None:
     for option in (
         "--config",
         "--containerd-config",
-        "--containerd",
+        "--containerd-socket",
         "--kubelet-config",
         "--sysfs",
         "--cgroup-root",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fakenode import write_node
+from fakenode import containerd_api, write_node
 from plrm_daemon import Running, running_daemon
 from plrm_runtime import FakeRuntime
 
@@ -269,7 +269,10 @@ def test_every_command_is_exercised(tmp_path: Path) -> None:
             await runtime.launch(spec)
             operator_config = config_file(tmp_path, running)
             # doctor reads containerd's and the kubelet's files as the guide writes them.
-            node_options = write_node(tmp_path / "host", running.config.nri.socket)
+            containerd_socket = str(tmp_path / "containerd.sock")
+            node_options = write_node(
+                tmp_path / "host", running.config.nri.socket, containerd_socket
+            )
             pending: list[list[str]] = []
 
             def run_nri_plrm(argv: list[str]) -> None:
@@ -327,7 +330,8 @@ def test_every_command_is_exercised(tmp_path: Path) -> None:
                         expanded.append(a)
                 if expanded[0] == "state":
                     expanded += ["--output", "json"]
-                code, out, err = await run_cli(expanded)
+                with containerd_api(containerd_socket):
+                    code, out, err = await run_cli(expanded)
                 assert code == 0, f"nri-plrm {shlex.join(args)}: exit {code}: {err}{out}"
                 if expanded[0] == "state":
                     # The checkpoint absorbs the decision journal once the plugin is idle
