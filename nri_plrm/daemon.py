@@ -7,8 +7,9 @@ metrics HTTP server, PodResources server, the Kubernetes API pod cache and event
 ``SIGTERM``/``SIGINT`` stop cleanly; ``SIGHUP`` re-reads the configuration file and applies
 ``[log]`` changes live (every other change is logged as needing a restart). ``on_ready`` is called
 each time the plugin is registered and synchronized with the runtime (systemd ``READY=1`` by
-default); a lost connection is reported as systemd ``STATUS=``, and a systemd watchdog, when armed,
-is fed from the event loop (a stuck loop stops feeding it).
+default); a lost connection is reported as systemd ``STATUS=``. ``/healthz`` and the systemd
+watchdog (when armed) follow :class:`~nri_plrm.liveness.Liveness`: a stuck event loop or an NRI
+request held past the runtime's timeout turns ``/healthz`` to 503 and stops ``WATCHDOG=1``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from nri_plrm.config import (
     validate_for_topology,
 )
 from nri_plrm.engine.facade import Engine
+from nri_plrm.liveness import Liveness
 from nri_plrm.metrics import Metrics, MetricsServer
 from nri_plrm.nri.stub import Stub
 from nri_plrm.plugin import Plugin
@@ -154,12 +156,13 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         observer=metrics,
     )
     plugin.attach(stub.update_containers)
+    liveness = Liveness(stub, metrics.health)
 
     http: MetricsServer | None = None
     podresources: PodResourcesServer | None = None
     try:
         if config.metrics.address:
-            http = MetricsServer(metrics, config.metrics.address)
+            http = MetricsServer(metrics, config.metrics.address, liveness.health)
             http.start()
         if config.pod_resources.enabled:
             podresources = PodResourcesServer.from_settings(
@@ -236,7 +239,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         await hotplug.rescan()
 
     announcer = loop.create_task(announce())
-    watchdog = loop.create_task(notifier.watchdog_loop())
+    heartbeat = loop.create_task(liveness.run(notifier))
     hotplug_start = loop.create_task(watch_hotplug())
     if kube is not None:
         kube.start()
@@ -245,7 +248,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     finally:
         if kube is not None:
             await kube.stop()
-        for task in (announcer, watchdog, hotplug_start):
+        for task in (announcer, heartbeat, hotplug_start):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

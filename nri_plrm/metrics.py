@@ -8,10 +8,9 @@ Every metric is documented in ``docs/metrics.md``.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -29,6 +28,7 @@ from nri_plrm.engine.spec import (
     AssignmentType,
     ContainerAssignment,
 )
+from nri_plrm.http_server import BoundedHTTPServer, Reply
 from nri_plrm.ledger.view import PodResourcesView, reported_containers
 from nri_plrm.topology.model import Topology
 
@@ -525,7 +525,8 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 class MetricsServer:
-    """Serves ``/metrics`` and ``/healthz`` from a background thread.
+    """Serves ``/metrics`` and ``/healthz`` from background threads (see
+    :class:`~nri_plrm.http_server.BoundedHTTPServer` for the connection and thread bounds).
 
     ``/healthz`` answers 200 ``ok`` only when ``health()`` says so, else 503 with the reason.
     """
@@ -535,67 +536,31 @@ class MetricsServer:
         metrics: Metrics,
         address: str,
         health: Callable[[], tuple[bool, str]] | None = None,
+        **limits: Any,
     ) -> None:
         self.metrics = metrics
         self.health = health or metrics.health
         host, port = parse_address(address)
-        handler = _handler_class(self)
-        server_class = ThreadingHTTPServer
-        if ":" in host:
-            server_class = _IPv6Server
-        self._http = server_class((host, port), handler)
-        self._http.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        routes = {"/metrics": self._metrics, "/healthz": self._healthz}
+        self.http = BoundedHTTPServer(host, port, routes, name="metrics-http", **limits)
 
     @property
     def port(self) -> int:
         """The bound port (useful with port 0)."""
-        return int(self._http.server_address[1])
+        return self.http.address[1]
 
     def start(self) -> None:
-        """Start serving in a daemon thread."""
-        self._thread = threading.Thread(
-            target=self._http.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name="metrics-http",
-            daemon=True,
-        )
-        self._thread.start()
-        _log.info("metrics listening on %s:%d", self._http.server_address[0], self.port)
+        """Start serving in background threads."""
+        self.http.start()
+        _log.info("metrics listening on %s:%d", self.http.address[0], self.port)
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
-        if self._thread is not None:
-            self._http.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._http.server_close()
+        self.http.stop()
 
+    def _metrics(self) -> Reply:
+        return 200, self.metrics.exposition(), CONTENT_TYPE_LATEST
 
-class _IPv6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-
-def _handler_class(server: MetricsServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, server.metrics.exposition(), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                ok, why = server.health()
-                self._reply(200 if ok else 503, (why + "\n").encode(), "text/plain; charset=utf-8")
-            else:
-                self._reply(404, b"not found: try /metrics or /healthz\n", "text/plain")
-
-        def _reply(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            _log.debug("metrics http: " + format, *args)
-
-    return Handler
+    def _healthz(self) -> Reply:
+        ok, why = self.health()
+        return (200 if ok else 503), (why + "\n").encode(), "text/plain; charset=utf-8"

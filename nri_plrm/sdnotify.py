@@ -10,14 +10,13 @@ Typical use by the daemon::
 
     notifier = Notifier.from_environment()
     notifier.ready("registered with containerd, 12 containers synchronized")
-    watchdog = asyncio.create_task(notifier.watchdog_loop())  # returns at once without a watchdog
+    notifier.watchdog()  # WATCHDOG=1; nri_plrm.liveness calls it only while the daemon is live
     ...
     notifier.stopping()
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import re
@@ -173,15 +172,6 @@ class Notifier:
         if self.watchdog_interval is None:
             return False
         return self.notify({"WATCHDOG": "1"})
-
-    async def watchdog_loop(self) -> None:
-        """Feed the watchdog at half its interval until cancelled; returns at once without one."""
-        interval = self.watchdog_interval
-        if interval is None:
-            return
-        while True:
-            self.watchdog()
-            await asyncio.sleep(interval / 2)
 
 
 def _default() -> Notifier:

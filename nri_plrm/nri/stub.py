@@ -22,6 +22,7 @@ import inspect
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
@@ -48,6 +49,16 @@ RECONNECT_BACKOFF_MAX = 0.5
 within this time of its socket accepting connections again."""
 RECONNECT_LOG_EVERY = 120
 """While the runtime stays unreachable, one warning per this many failed attempts."""
+
+SYNC_MAX_BYTES = 64 << 20
+"""Most request bytes one paged Synchronize may accumulate (64 MiB). containerd sends at most
+4 MiB per page; a node of 1,000 pods and 5,000 containers at the recorded sizes (about 1.2 KB per
+pod, 2.3 KB per container) is about 13 MiB, so this leaves room for containers five times that
+size while bounding what a broken or hostile runtime can make the plugin hold."""
+SYNC_MAX_PAGES = 64
+"""Most pages (``more=true`` requests plus the last one) of one Synchronize. containerd fills each
+page to about 90 % of 4 MiB, so 64 MiB needs at most 18 pages; this also bounds a flood of tiny
+pages."""
 
 
 class NRIError(Exception):
@@ -150,8 +161,12 @@ class Stub:
       current runtime (``events`` minus what that runtime's NRI version does not know).
     - ``request_timeout`` starts at the given value and follows the runtime's value from
       Configure; it bounds ``UpdateContainers`` calls and is used to warn about slow handlers.
+    - A paged Synchronize may accumulate at most ``sync_max_pages`` pages and
+      ``sync_max_bytes`` request bytes: past either, the page is answered with
+      ``RESOURCE_EXHAUSTED``, what was accumulated is dropped and the connection is closed (and,
+      with ``reconnect``, opened again).
     - All methods must be called on the event loop thread running :meth:`run` (from another
-      thread, use ``asyncio.run_coroutine_threadsafe``).
+      thread, use ``asyncio.run_coroutine_threadsafe``), except :meth:`oldest_request`.
     """
 
     def __init__(
@@ -168,6 +183,8 @@ class Stub:
         backoff_max: float = RECONNECT_BACKOFF_MAX,
         observer: StubObserver | None = None,
         environ: Mapping[str, str] | None = None,
+        sync_max_bytes: int = SYNC_MAX_BYTES,
+        sync_max_pages: int = SYNC_MAX_PAGES,
     ) -> None:
         env = os.environ if environ is None else environ
         self._socket_fd: int | None = None
@@ -189,6 +206,8 @@ class Stub:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.observer = observer
+        self.sync_max_bytes = sync_max_bytes
+        self.sync_max_pages = sync_max_pages
         self._handlers = handlers
         self.events: int = ev.mask_for(handlers)
         if self.events == 0:
@@ -212,6 +231,10 @@ class Stub:
         self._background: set[asyncio.Task[Any]] = set()
         self._sync_pods: list[api.PodSandbox] = []
         self._sync_containers: list[api.Container] = []
+        self._sync_bytes = 0
+        self._sync_pages = 0
+        self._started_lock = threading.Lock()
+        self._started: dict[int, tuple[str, float]] = {}
         self._methods = self._build_methods()
 
     # lifecycle
@@ -255,7 +278,7 @@ class Stub:
                 self._channel = None
                 self.connected = False
                 self.ready.clear()
-                self._sync_pods, self._sync_containers = [], []
+                self._reset_sync()
                 self._notify("on_disconnect")
                 await self._call_on_disconnect()
             if not self._stopping.is_set() and self.reconnect:
@@ -429,7 +452,10 @@ class Stub:
                 self._handler_tasks.add(task)
             self._in_flight += 1
             self._idle.clear()
-            start = time.perf_counter()
+            start = time.monotonic()
+            key = id(req)
+            with self._started_lock:
+                self._started[key] = (method, start)
             ok = False
             try:
                 reply = await fn(req.payload)
@@ -443,7 +469,9 @@ class Stub:
                 log.exception("NRI: %s handler failed", method)
                 raise TtrpcError(Code.UNKNOWN, f"{method} failed in plugin: {exc}") from exc
             finally:
-                elapsed = time.perf_counter() - start
+                elapsed = time.monotonic() - start
+                with self._started_lock:
+                    del self._started[key]
                 self._in_flight -= 1
                 if not self._in_flight:
                     self._idle.set()
@@ -459,6 +487,13 @@ class Stub:
                 self._notify("on_request", method, elapsed, ok)
 
         return serve
+
+    def oldest_request(self) -> tuple[str, float] | None:
+        """The method and ``time.monotonic()`` start of the oldest request still being handled,
+        or None when idle. Safe to call from any thread (the health check reads it)."""
+        with self._started_lock:
+            started = list(self._started.values())
+        return min(started, key=lambda item: item[1]) if started else None
 
     def _handler(self, name: str) -> Callable[..., Any] | None:
         fn = getattr(self._handlers, name, None)
@@ -482,7 +517,7 @@ class Stub:
     async def _configure(self, payload: bytes) -> bytes:
         req: api.ConfigureRequest = self._parse(api.ConfigureRequest, payload)
         self.ready.clear()
-        self._sync_pods, self._sync_containers = [], []
+        self._reset_sync()
         self.runtime_name = req.runtime_name
         self.runtime_version = req.runtime_version
         self.runtime_nri_version = req.NRI_version
@@ -516,20 +551,44 @@ class Stub:
         )
         return api.ConfigureResponse(events=mask).SerializeToString()
 
+    def _reset_sync(self) -> None:
+        self._sync_pods, self._sync_containers = [], []
+        self._sync_bytes = self._sync_pages = 0
+
     async def _synchronize(self, payload: bytes) -> bytes:
+        self._sync_pages += 1
+        self._sync_bytes += len(payload)
+        if self._sync_pages > self.sync_max_pages or self._sync_bytes > self.sync_max_bytes:
+            self._refuse_sync()
         req: api.SynchronizeRequest = self._parse(api.SynchronizeRequest, payload)
         self._sync_pods.extend(req.pods)
         self._sync_containers.extend(req.containers)
         if req.more:
             return api.SynchronizeResponse(more=True).SerializeToString()
         pods, containers = self._sync_pods, self._sync_containers
-        self._sync_pods, self._sync_containers = [], []
+        self._reset_sync()
         updates: list[api.ContainerUpdate] = []
         fn = self._handler("synchronize")
         if fn is not None:
             updates = list(await _maybe_await(fn(pods, containers)) or ())
         self.ready.set()
         return api.SynchronizeResponse(update=updates).SerializeToString()
+
+    def _refuse_sync(self) -> None:
+        """Drop an oversized paged Synchronize: free it, close the connection after the error."""
+        pages, size = self._sync_pages, self._sync_bytes
+        self._reset_sync()
+        message = (
+            f"Synchronize: page {pages} brings the paged request to {size} bytes; at most "
+            f"{self.sync_max_pages} pages and {self.sync_max_bytes} bytes are accepted, "
+            "closing the connection"
+        )
+        log.error("NRI: %s", message)
+        channel = self._channel
+        if channel is not None:
+            # after the error reply below has been written
+            asyncio.get_running_loop().call_soon(channel.close)
+        raise NRIError(message, Code.RESOURCE_EXHAUSTED)
 
     async def _create_container(self, payload: bytes) -> bytes:
         req: api.CreateContainerRequest = self._parse(api.CreateContainerRequest, payload)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import uuid
@@ -114,33 +113,6 @@ def test_watchdog_only_when_usec_set_and_pid_matches(
     )
     assert other.watchdog_interval is None
     assert not other.watchdog()
-
-
-def test_watchdog_loop_feeds_at_half_interval(listener: tuple[str, socket.socket]) -> None:
-    path, sock = listener
-    notifier = Notifier(path, watchdog_usec=40_000)
-
-    async def run_briefly() -> None:
-        task = asyncio.create_task(notifier.watchdog_loop())
-        await asyncio.sleep(0.1)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(run_briefly())
-    sock.settimeout(0)
-    beats = 0
-    while True:
-        try:
-            assert _parse(sock.recv(4096)) == {"WATCHDOG": "1"}
-        except BlockingIOError:
-            break
-        beats += 1
-    assert beats >= 2
-
-
-def test_watchdog_loop_returns_without_watchdog() -> None:
-    asyncio.run(asyncio.wait_for(Notifier(None).watchdog_loop(), timeout=5))
 
 
 def test_unreachable_socket_is_logged_not_raised(
