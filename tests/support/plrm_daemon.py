@@ -15,6 +15,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fakesysfs import write_sysfs
 from nrisim import NRISimulator
@@ -63,12 +64,15 @@ cgroup_root = "{tmp}/cgroup"
 
 
 @contextlib.asynccontextmanager
-async def running_daemon(tmp: Path, policy_toml: str = "") -> AsyncIterator[Running]:
-    """Start nrisim and the daemon; yield once the plugin registered; stop with SIGTERM."""
+async def running_daemon(
+    tmp: Path, policy_toml: str = "", **sim_options: Any
+) -> AsyncIterator[Running]:
+    """Start nrisim (with ``sim_options``) and the daemon; yield once the plugin registered;
+    stop with SIGTERM."""
     write_sysfs(load_topology(DEFAULT_SPEC), str(tmp / "sys"))
     port = free_port()
     config = daemon_config(tmp, policy_toml, port)
-    sim = await NRISimulator.start(config.nri.socket)
+    sim = await NRISimulator.start(config.nri.socket, **sim_options)
     ready = asyncio.Event()
     task = asyncio.get_running_loop().create_task(daemon.run(config, on_ready=ready.set))
     try:
