@@ -179,6 +179,21 @@ def test_probes_and_prometheus_annotations_follow_the_metrics_address() -> None:
     assert "prometheus.io/scrape" not in off["spec"]["template"]["metadata"]["annotations"]
 
 
+def test_default_probes_restart_a_stuck_loop_but_not_a_slow_start() -> None:
+    """/healthz is 503 from 1 s of a stuck loop (issue 12): the liveness probe must act on that
+    within half a minute, outlast a Synchronize stall of containerd's 2 s budget and a containerd
+    restart, and leave registration to the startup probe."""
+    from nri_plrm.liveness import LOOP_STALL_AFTER
+
+    c = container(daemonset({}))
+    live, start = c["livenessProbe"], c["startupProbe"]
+    restart_after = live["periodSeconds"] * live["failureThreshold"]
+    assert 10 <= restart_after <= 30
+    assert live["failureThreshold"] >= 3
+    assert live["periodSeconds"] > 2 + LOOP_STALL_AFTER, "one stall fails at most one probe"
+    assert start["periodSeconds"] * start["failureThreshold"] >= 60, "slow start is not killed"
+
+
 @pytest.mark.parametrize(
     ("address", "rule"),
     [
