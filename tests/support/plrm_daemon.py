@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -68,7 +69,9 @@ async def running_daemon(
     tmp: Path, policy_toml: str = "", **sim_options: Any
 ) -> AsyncIterator[Running]:
     """Start nrisim (with ``sim_options``) and the daemon; yield once the plugin registered;
-    stop with SIGTERM."""
+    stop with SIGTERM. The root logger, which the daemon configures, is restored after."""
+    root = logging.getLogger()
+    root_level, root_handlers = root.level, root.handlers[:]
     write_sysfs(load_topology(DEFAULT_SPEC), str(tmp / "sys"))
     port = free_port()
     config = daemon_config(tmp, policy_toml, port)
@@ -89,4 +92,6 @@ async def running_daemon(
             os.kill(os.getpid(), signal.SIGTERM)
         code = await asyncio.wait_for(task, 20)
         await sim.close()
+        root.setLevel(root_level)
+        root.handlers[:] = root_handlers
         assert code == 0, f"daemon exited with {code}"
