@@ -137,9 +137,8 @@ class BoundedHTTPServer:
                 elif sock is self._wake_r:
                     with contextlib.suppress(OSError):
                         self._wake_r.recv(64)
-                else:
-                    assert isinstance(sock, socket.socket)
-                    self._read(self._pending[sock])
+                elif key.data.sock in self._pending:  # else evicted by an accept this round
+                    self._read(key.data)
 
     def _expire_idle(self) -> float:
         """Close connections idle past the timeout; seconds until the next one expires."""
@@ -169,7 +168,7 @@ class BoundedHTTPServer:
             pending = _Pending(sock, time.monotonic())
             with self._lock:
                 self._pending[sock] = pending
-            self._selector.register(sock, selectors.EVENT_READ)
+            self._selector.register(sock, selectors.EVENT_READ, pending)
 
     def _evict_oldest(self) -> bool:
         if not self._pending:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -28,7 +27,7 @@ from nri_plrm.engine.spec import (
     AssignmentType,
     ContainerAssignment,
 )
-from nri_plrm.http_server import BoundedHTTPServer, Reply
+from nri_plrm.http_server import IDLE_TIMEOUT, MAX_CONNECTIONS, BoundedHTTPServer, Reply
 from nri_plrm.ledger.view import PodResourcesView, reported_containers
 from nri_plrm.topology.model import Topology
 
@@ -536,13 +535,22 @@ class MetricsServer:
         metrics: Metrics,
         address: str,
         health: Callable[[], tuple[bool, str]] | None = None,
-        **limits: Any,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         self.metrics = metrics
         self.health = health or metrics.health
         host, port = parse_address(address)
         routes = {"/metrics": self._metrics, "/healthz": self._healthz}
-        self.http = BoundedHTTPServer(host, port, routes, name="metrics-http", **limits)
+        self.http = BoundedHTTPServer(
+            host,
+            port,
+            routes,
+            max_connections=max_connections,
+            idle_timeout=idle_timeout,
+            name="metrics-http",
+        )
 
     @property
     def port(self) -> int:
