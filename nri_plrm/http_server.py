@@ -52,6 +52,22 @@ class _Pending:
     head: bytearray = field(default_factory=bytearray)
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A non-blocking listening socket; for IPv6 the system's dual-stack default is kept (as
+    ``http.server`` does), so ``[::]:PORT`` also answers the kubelet's IPv4 probes."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
 class BoundedHTTPServer:
     """Serves GET ``routes`` (path -> reply builder) on ``(host, port)`` from background threads.
 
@@ -70,9 +86,7 @@ class BoundedHTTPServer:
         workers: int = WORKERS,
         name: str = "http",
     ) -> None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, port), family=family, backlog=128)
-        self._listener.setblocking(False)
+        self._listener = _listen(host, port)
         self.routes = routes
         self.max_connections = max_connections
         self.idle_timeout = idle_timeout

@@ -101,3 +101,20 @@ def test_methods_and_paths(server: MetricsServer) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         sock.sendall(b"nonsense\r\n\r\n")
         assert sock.recv(100).startswith(b"HTTP/1.0 400 ")
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 on this machine")
+def test_ipv6_any_address_also_answers_ipv4() -> None:
+    """``[::]:PORT`` keeps the system's dual-stack default: the kubelet probes the pod's IPv4."""
+    try:
+        s = MetricsServer(Metrics(), "[::]:0", lambda: (True, "ok"))
+    except OSError as exc:
+        pytest.skip(f"cannot bind [::]: {exc}")
+    s.start()
+    try:
+        with open("/proc/sys/net/ipv6/bindv6only") as f:
+            if f.read().strip() != "0":
+                pytest.skip("net.ipv6.bindv6only=1: the system default is IPv6 only")
+        assert get(s.port, "/healthz") == (200, b"ok\n")
+    finally:
+        s.stop()
