@@ -22,12 +22,13 @@ import inspect
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from nri_plrm.nri import events as ev
+from nri_plrm.nri.inflight import InFlight
+from nri_plrm.nri.sync_pages import SYNC_MAX_BYTES, SYNC_MAX_PAGES, SyncPages, SyncTooLarge
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.ttrpc.codec import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN
 from nri_plrm.ttrpc.messages import Code, Request, TtrpcError
@@ -49,16 +50,6 @@ RECONNECT_BACKOFF_MAX = 0.5
 within this time of its socket accepting connections again."""
 RECONNECT_LOG_EVERY = 120
 """While the runtime stays unreachable, one warning per this many failed attempts."""
-
-SYNC_MAX_BYTES = 64 << 20
-"""Most request bytes one paged Synchronize may accumulate (64 MiB). containerd sends at most
-4 MiB per page; a node of 1,000 pods and 5,000 containers at the recorded sizes (about 1.2 KB per
-pod, 2.3 KB per container) is about 13 MiB, so this leaves room for containers five times that
-size while bounding what a broken or hostile runtime can make the plugin hold."""
-SYNC_MAX_PAGES = 64
-"""Most pages (``more=true`` requests plus the last one) of one Synchronize. containerd fills each
-page to about 90 % of 4 MiB, so 64 MiB needs at most 18 pages; this also bounds a flood of tiny
-pages."""
 
 
 class NRIError(Exception):
@@ -206,8 +197,6 @@ class Stub:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.observer = observer
-        self.sync_max_bytes = sync_max_bytes
-        self.sync_max_pages = sync_max_pages
         self._handlers = handlers
         self.events: int = ev.mask_for(handlers)
         if self.events == 0:
@@ -229,12 +218,8 @@ class Stub:
         self._idle.set()
         self._handler_tasks: set[asyncio.Task[Any]] = set()
         self._background: set[asyncio.Task[Any]] = set()
-        self._sync_pods: list[api.PodSandbox] = []
-        self._sync_containers: list[api.Container] = []
-        self._sync_bytes = 0
-        self._sync_pages = 0
-        self._started_lock = threading.Lock()
-        self._started: dict[int, tuple[str, float]] = {}
+        self._sync = SyncPages(sync_max_bytes, sync_max_pages)
+        self._in_progress = InFlight()
         self._methods = self._build_methods()
 
     # lifecycle
@@ -278,7 +263,7 @@ class Stub:
                 self._channel = None
                 self.connected = False
                 self.ready.clear()
-                self._reset_sync()
+                self._sync.reset()
                 self._notify("on_disconnect")
                 await self._call_on_disconnect()
             if not self._stopping.is_set() and self.reconnect:
@@ -452,10 +437,8 @@ class Stub:
                 self._handler_tasks.add(task)
             self._in_flight += 1
             self._idle.clear()
-            start = time.monotonic()
             key = id(req)
-            with self._started_lock:
-                self._started[key] = (method, start)
+            start = self._in_progress.start(key, method)
             ok = False
             try:
                 reply = await fn(req.payload)
@@ -470,8 +453,7 @@ class Stub:
                 raise TtrpcError(Code.UNKNOWN, f"{method} failed in plugin: {exc}") from exc
             finally:
                 elapsed = time.monotonic() - start
-                with self._started_lock:
-                    del self._started[key]
+                self._in_progress.finish(key)
                 self._in_flight -= 1
                 if not self._in_flight:
                     self._idle.set()
@@ -491,9 +473,7 @@ class Stub:
     def oldest_request(self) -> tuple[str, float] | None:
         """The method and ``time.monotonic()`` start of the oldest request still being handled,
         or None when idle. Safe to call from any thread (the health check reads it)."""
-        with self._started_lock:
-            started = list(self._started.values())
-        return min(started, key=lambda item: item[1]) if started else None
+        return self._in_progress.oldest()
 
     def _handler(self, name: str) -> Callable[..., Any] | None:
         fn = getattr(self._handlers, name, None)
@@ -517,7 +497,7 @@ class Stub:
     async def _configure(self, payload: bytes) -> bytes:
         req: api.ConfigureRequest = self._parse(api.ConfigureRequest, payload)
         self.ready.clear()
-        self._reset_sync()
+        self._sync.reset()
         self.runtime_name = req.runtime_name
         self.runtime_version = req.runtime_version
         self.runtime_nri_version = req.NRI_version
@@ -551,44 +531,25 @@ class Stub:
         )
         return api.ConfigureResponse(events=mask).SerializeToString()
 
-    def _reset_sync(self) -> None:
-        self._sync_pods, self._sync_containers = [], []
-        self._sync_bytes = self._sync_pages = 0
-
     async def _synchronize(self, payload: bytes) -> bytes:
-        self._sync_pages += 1
-        self._sync_bytes += len(payload)
-        if self._sync_pages > self.sync_max_pages or self._sync_bytes > self.sync_max_bytes:
-            self._refuse_sync()
+        try:
+            self._sync.check(len(payload))
+        except SyncTooLarge as exc:
+            log.error("NRI: %s; closing the connection", exc)
+            channel = self._channel
+            if channel is not None:  # after the error reply below has been written
+                asyncio.get_running_loop().call_soon(channel.close)
+            raise NRIError(f"{exc}; closing the connection", Code.RESOURCE_EXHAUSTED) from None
         req: api.SynchronizeRequest = self._parse(api.SynchronizeRequest, payload)
-        self._sync_pods.extend(req.pods)
-        self._sync_containers.extend(req.containers)
-        if req.more:
+        whole = self._sync.add(req)
+        if whole is None:
             return api.SynchronizeResponse(more=True).SerializeToString()
-        pods, containers = self._sync_pods, self._sync_containers
-        self._reset_sync()
         updates: list[api.ContainerUpdate] = []
         fn = self._handler("synchronize")
         if fn is not None:
-            updates = list(await _maybe_await(fn(pods, containers)) or ())
+            updates = list(await _maybe_await(fn(*whole)) or ())
         self.ready.set()
         return api.SynchronizeResponse(update=updates).SerializeToString()
-
-    def _refuse_sync(self) -> None:
-        """Drop an oversized paged Synchronize: free it, close the connection after the error."""
-        pages, size = self._sync_pages, self._sync_bytes
-        self._reset_sync()
-        message = (
-            f"Synchronize: page {pages} brings the paged request to {size} bytes; at most "
-            f"{self.sync_max_pages} pages and {self.sync_max_bytes} bytes are accepted, "
-            "closing the connection"
-        )
-        log.error("NRI: %s", message)
-        channel = self._channel
-        if channel is not None:
-            # after the error reply below has been written
-            asyncio.get_running_loop().call_soon(channel.close)
-        raise NRIError(message, Code.RESOURCE_EXHAUSTED)
 
     async def _create_container(self, payload: bytes) -> bytes:
         req: api.CreateContainerRequest = self._parse(api.CreateContainerRequest, payload)

@@ -21,7 +21,7 @@ from nrisim.sim import PluginSession
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.nri import events as ev
-from nri_plrm.nri.stub import SYNC_MAX_BYTES, SYNC_MAX_PAGES
+from nri_plrm.nri.sync_pages import SYNC_MAX_BYTES, SYNC_MAX_PAGES
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.ttrpc.codec import MAX_MESSAGE_LEN
 from nri_plrm.ttrpc.messages import Code, TtrpcError

@@ -11,7 +11,8 @@ from pathlib import Path
 from nrisim import NRISimulator
 
 from nri_plrm.nri import events as ev
-from nri_plrm.nri.stub import SYNC_MAX_PAGES, Stub
+from nri_plrm.nri.stub import Stub
+from nri_plrm.nri.sync_pages import SYNC_MAX_PAGES
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.ttrpc.codec import MAX_MESSAGE_LEN
 
@@ -59,7 +60,7 @@ def test_too_many_pages_close_the_connection_and_the_next_sync_works() -> None:
                 assert "at most 5 pages" in failure, failure
                 assert len(sim.session.sync_pages) == 5, "pages 1-5 accepted, page 6 refused"
                 await sim.wait_disconnected()
-                assert stub._sync_pods == [] and stub._sync_bytes == 0, "accumulation freed"
+                assert stub._sync.pods == [] and stub._sync.size == 0, "accumulation freed"
                 sim.max_message_len = MAX_MESSAGE_LEN  # one page from now on
                 await sim.wait_registered(timeout=10)
                 assert handlers.synced == [256]
