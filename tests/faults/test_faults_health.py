@@ -173,7 +173,7 @@ def test_request_over_the_runtime_budget_turns_healthz_503_and_stops_the_watchdo
                 probe.stop.set()
                 thread.join(10)
             at, _, body = probe.first(start, 503)
-            assert 1.0 <= at - start <= 2.0, f"503 {at - start:.2f} s into the request"
+            assert 0.95 <= at - start <= 2.0, f"503 {at - start:.2f} s into the request"
             assert body.startswith("NRI RunPodSandbox in flight for"), body
             assert "over the runtime's 1 s request timeout" in body
             assert watchdog.between(start + 1.0 + 0.3, end) == [], "watchdog fed past budget"
