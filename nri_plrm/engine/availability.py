@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.types import CPU
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import CPU
 
 
 @dataclass(frozen=True)

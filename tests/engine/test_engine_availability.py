@@ -10,11 +10,11 @@ import pytest
 from nri_plrm.config import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.availability import free_per_numa, free_per_numa_to_dict
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.types import AdmissionError, PodSpec
-from nri_plrm.manifest import load_manifests, parse_manifests
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import AdmissionError, PodSpec
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.synthetic import synthetic_topology
+from nri_plrm.translate.manifest_to_pod import load_manifests, parse_manifests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 POD_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'

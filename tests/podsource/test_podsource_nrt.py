@@ -21,9 +21,8 @@ from plrm_harness import serve
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
 from nri_plrm.engine.availability import NumaAvailability, free_per_numa
-from nri_plrm.engine.engine import Engine
-from nri_plrm.engine.types import PodSpec
-from nri_plrm.manifest import derived_uid, load_manifests, parse_manifests
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import PodSpec
 from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.client import load_kube_config, new_client
@@ -35,6 +34,7 @@ from nri_plrm.podsource.nrt import (
 )
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.synthetic import synthetic_topology
+from nri_plrm.translate.manifest_to_pod import derived_uid, load_manifests, parse_manifests
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
