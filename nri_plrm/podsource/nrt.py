@@ -313,6 +313,12 @@ class NodeTopologyExporter:
             else:
                 result = await self.client.replace(obj)
         except ApiError as exc:
+            if create and exc.status.code == 404:
+                raise RuntimeError(
+                    f"HTTP 404 creating NodeResourceTopology {self.node_name}: the CRD "
+                    f"{PLURAL}.{GROUP} is not installed (the chart's crds/ or "
+                    "packaging/kubernetes/noderesourcetopologies-crd.yaml)"
+                ) from exc
             if exc.status.code not in _RECOVERABLE:
                 raise
             self.log.info(

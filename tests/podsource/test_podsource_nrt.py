@@ -19,6 +19,7 @@ from fakekube import FakeKube, free_port, kubeconfig_text, manifest_objects
 from plrm_harness import serve
 
 from nri_plrm.checkpoint.store import CheckpointStore
+from nri_plrm.cli.simulate import simulate_pods
 from nri_plrm.config import parse_config
 from nri_plrm.engine.availability import NumaAvailability, free_per_numa
 from nri_plrm.engine.facade import Engine
@@ -231,6 +232,9 @@ async def start_plugin(
 def test_object_after_admissions_releases_and_a_restart(tmp_path: Path) -> None:
     metrics = Metrics()
     want = new_engine()
+    simulated = simulate_pods(
+        [manifest(n) for n in SEEDS], MACHINES["default"], parse_config(POD_SCOPE)
+    )
 
     async def main() -> None:
         fk = FakeKube(free_port())
@@ -253,6 +257,8 @@ def test_object_after_admissions_releases_and_a_restart(tmp_path: Path) -> None:
                 await exporter.settled()
                 assert published(fk) == expected_object(free_per_numa(want), uid), name
                 assert free_per_numa(plugin.engine) == free_per_numa(want)
+            # the numbers `simulate` prints for the same pods
+            assert published(fk) == expected_object(simulated.free, uid)
             await rt.remove_pod(pods["tightly-coupled-database"])
             want.remove_pod(manifest("tightly-coupled-database").uid)
             await rt.settle()
@@ -443,6 +449,40 @@ def test_writes_resume_after_an_outage(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len([m for m in warnings if "not written" in m]) == 1, warnings
     assert len([m for m in warnings if "written again" in m]) == 1, warnings
+
+
+def test_missing_crd_is_named_once_and_the_object_follows_once_installed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    metrics = Metrics()
+
+    async def main() -> None:
+        fk = FakeKube(free_port())
+        uid = fk.add_node(NODE)["metadata"]["uid"]
+        fk.nrt_crd = False
+        await fk.start()
+        engine = new_engine()
+        exporter = exporter_for(fk.url, tmp_path, metrics, 0.05)
+        exporter.attach(lambda: free_per_numa(engine))
+        exporter.start()
+        await until(lambda: writes(metrics, "failed") >= 3)
+        posts = [r for r in fk.nrt_requests() if r.method == "POST"]
+        assert len(posts) == writes(metrics, "failed")  # one create per attempt, no retry storm
+        engine.admit_pod(small_pod("a"))
+        exporter.mark_dirty()
+        fk.nrt_crd = True
+        await until(
+            lambda: NODE in fk.nrts and published(fk) == expected_object(free_per_numa(engine), uid)
+        )
+        await exporter.stop()
+        await fk.stop()
+        assert_every_write_valid(fk)
+
+    asyncio.run(main())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    (first, *_rest) = [m for m in warnings if "not written" in m]
+    assert "noderesourcetopologies.topology.node.k8s.io is not installed" in first
 
 
 def test_no_state_attached_writes_nothing(tmp_path: Path) -> None:

@@ -117,6 +117,8 @@ class FakeKube:
         """When set (e.g. 503), answered to every node and NodeResourceTopology request."""
         self.nrt_fail_next: list[int] = []
         """Statuses answered, one per request, to the next NodeResourceTopology writes."""
+        self.nrt_crd = True
+        """False: the CRD is not installed (every NodeResourceTopology request is a 404)."""
         self._watches: list[_Watch] = []
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.StreamWriter] = set()
@@ -269,6 +271,9 @@ class FakeKube:
         rest = request.path[len(NRT_PATH) :].strip("/")
         if self.nrt_status:
             await self._json(writer, self.nrt_status, _status(self.nrt_status, "Error", "down"))
+            return
+        if not self.nrt_crd:
+            await self._json(writer, 404, _status(404, "NotFound", "the server could not find"))
             return
         if request.method in ("POST", "PUT") and self.nrt_fail_next:
             code = self.nrt_fail_next.pop(0)
