@@ -180,8 +180,6 @@ class NodeTopologyExporter:
         self.interval = interval
         self.resync = resync
         self.backoff = backoff or Backoff()
-        self.writes = 0
-        """Objects written (created or replaced) so far."""
         self._state: Callable[[], Sequence[NumaAvailability]] | None = None
         self._dirty = asyncio.Event()
         self._idle = asyncio.Event()
@@ -253,6 +251,7 @@ class NodeTopologyExporter:
 
     async def _publish(self, free: Sequence[NumaAvailability]) -> None:
         for _ in range(RETRIES):
+            fresh_uid = self._node_uid is None
             if self._node_uid is None:
                 self._node_uid = await self._read_node_uid()
             body = self._body(free)
@@ -264,7 +263,8 @@ class NodeTopologyExporter:
                 self._verify = False
                 if current is None:
                     # created (again): the Node may have been recreated with a new uid
-                    self._node_uid = await self._read_node_uid()
+                    if not fresh_uid:
+                        self._node_uid = await self._read_node_uid()
                     if await self._write(self._body(free), create=True):
                         return
                     continue
@@ -333,7 +333,6 @@ class NodeTopologyExporter:
         meta = result.metadata
         self._rv = meta.resourceVersion if meta is not None else None
         self._written = _content(body)
-        self.writes += 1
         self._count("written")
         return True
 
