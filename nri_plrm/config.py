@@ -165,6 +165,8 @@ class KubernetesSettings:
     node_name: str = ""
     """Empty = ``NODE_NAME`` from the environment, else the host name."""
     lookup_timeout: float = 0.5
+    node_resource_topology: bool = False
+    """Publish this node's NodeResourceTopology object (only with ``enabled``)."""
 
 
 @dataclass(frozen=True)

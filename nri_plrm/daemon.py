@@ -36,6 +36,7 @@ from nri_plrm.config import (
     startup_warnings,
     validate_for_topology,
 )
+from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.liveness import Liveness
 from nri_plrm.metrics import Metrics, MetricsServer
@@ -96,6 +97,7 @@ def build_plugin(
     *,
     pod_specs: PodSpecSource | None = None,
     events: PodEventSink | None = None,
+    on_change: Callable[[], None] | None = None,
 ) -> Plugin:
     """The engine, checkpoint store and plugin for ``config`` on ``topology``, restored."""
     plugin = Plugin(
@@ -106,6 +108,7 @@ def build_plugin(
         lookup_timeout=config.kubernetes.lookup_timeout,
         pod_specs=pod_specs,
         events=events,
+        on_change=on_change,
     )
     plugin.restore()
     return plugin
@@ -130,7 +133,10 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         log.warning("configuration: %s", warning)
 
     metrics = Metrics(request_timeout=config.nri.request_timeout)
-    kube = open_kubernetes(config.kubernetes, metrics)
+    kube = open_kubernetes(
+        config.kubernetes, metrics, topology=topology, topology_manager=config.topology_manager
+    )
+    exporter = kube.topology if kube is not None else None
     try:
         plugin = build_plugin(
             config,
@@ -138,6 +144,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
             metrics,
             pod_specs=kube.cache if kube is not None else None,
             events=kube.events if kube is not None else None,
+            on_change=exporter.mark_dirty if exporter is not None else None,
         )
     except (CheckpointError, OSError) as exc:
         log.error("not starting: state directory %s: %s", config.state.dir, exc)
@@ -145,6 +152,8 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
             await kube.stop()
         return EXIT_FAILURE
     metrics.attach_view(plugin, topology)
+    if exporter is not None:
+        exporter.attach(lambda: free_per_numa(plugin.engine))
     stub = Stub(
         plugin,
         name=config.nri.plugin_name,

@@ -50,6 +50,7 @@ RECONCILE_ACTIONS = ("adopted", "corrected", "released")
 POD_CACHE_FALLBACKS = ("unavailable", "not_found", "invalid")
 """Why a pod's spec lookup fell back to NRI-only inference."""
 EVENT_RESULTS = ("posted", "failed", "dropped", "deduplicated", "rate_limited")
+NRT_WRITE_RESULTS = ("written", "conflict", "failed")
 """What became of a Kubernetes Event the plugin recorded."""
 HOTPLUG_IGNORED = ("unreadable", "memory", "no_change")
 """Why a hotplug uevent led to nothing: a datagram that cannot be read, a memory block event
@@ -227,6 +228,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.node_resource_topology_writes = Counter(
+            "nri_plrm_node_resource_topology_writes",
+            "NodeResourceTopology writes, by result (written, conflict: re-read after "
+            "404/409/410, failed: retried with back-off).",
+            ["result"],
+            registry=r,
+        )
         self.podresources_requests = Counter(
             "nri_plrm_podresources_requests",
             "PodResources API requests, by method and gRPC status code.",
@@ -271,6 +279,8 @@ class Metrics:
             self.pod_cache_fallbacks.labels(reason=reason)
         for result in EVENT_RESULTS:
             self.kubernetes_events.labels(result=result)
+        for result in NRT_WRITE_RESULTS:
+            self.node_resource_topology_writes.labels(result=result)
 
     # Resource managers -----------------------------------------------------------------
 
@@ -402,6 +412,11 @@ class Metrics:
         """One recorded Kubernetes Event and what became of it (``EVENT_RESULTS``)."""
         _check(result, EVENT_RESULTS, "result")
         self.kubernetes_events.labels(result=result).inc()
+
+    def node_resource_topology_write(self, result: str) -> None:
+        """One NodeResourceTopology write attempt and its result (``NRT_WRITE_RESULTS``)."""
+        _check(result, NRT_WRITE_RESULTS, "result")
+        self.node_resource_topology_writes.labels(result=result).inc()
 
     def observe_podresources(self, method: str, code: str) -> None:
         """One PodResources request and its gRPC status code name."""

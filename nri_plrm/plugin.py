@@ -121,7 +121,9 @@ class Plugin:
     whole-pod mode; ``metrics`` (optional) counts them; ``kubelet_state_path`` (optional) is a
     directory where the node state is exported in the kubelet's ``cpu_manager_state``/
     ``memory_manager_state`` formats after every change; ``events`` (optional) receives the
-    kubelet's rejection reason and message as pod Events.
+    kubelet's rejection reason and message as pod Events; ``on_change`` (optional) is called
+    after every allocation change (it must only note it, e.g. the NodeResourceTopology
+    exporter's ``mark_dirty``).
     """
 
     def __init__(
@@ -135,8 +137,10 @@ class Plugin:
         kubelet_state_path: str | None = None,
         lookup_timeout: float = 0.5,
         events: PodEventSink | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
+        self.on_change = on_change
         self.store = store
         self.pod_specs = pod_specs
         self.metrics = metrics
@@ -445,6 +449,8 @@ class Plugin:
         self._refresh(self._touched)
         self._touched.clear()
         self._schedule_export()
+        if self.on_change is not None:
+            self.on_change()
 
     def _schedule_export(self) -> None:
         if not self.kubelet_state_path or self._export_handle is not None:

@@ -15,8 +15,10 @@ handlers answer them against an in-memory runtime:
 
 The result shows what each container would run with (cpus, mems, CFS quota as applied), the
 assignment type, the pod-level CPUs and memory as PodResources reports them (pod scope only),
-rejections, and the node shared pool. ``to_json()`` has the fixed shape of the CLI's
-``--output json``; ``to_table()`` is the human view.
+rejections, the node shared pool, and what each NUMA node has left (capacity, allocatable and
+available CPUs, memory and hugepages: :func:`nri_plrm.engine.availability.free_per_numa`, the
+numbers the NodeResourceTopology export publishes). ``to_json()`` has the fixed shape of the
+CLI's ``--output json`` (``free_per_numa`` is an addition); ``to_table()`` is the human view.
 
 Scope and policy come from the config: pods written for container scope (e.g.
 ``examples/container-scope-mixed.yaml``) need a container-scope config
@@ -35,9 +37,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from nri_plrm.cli.inputs import EXIT_OK, UsageError, load, machine
-from nri_plrm.cli.render import emit_json
+from nri_plrm.cli.render import emit_json, render_table
 from nri_plrm.config import Config, ConfigError, validate_for_topology
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.availability import (
+    NumaAvailability,
+    free_per_numa,
+    free_per_numa_to_dict,
+)
 from nri_plrm.engine.facade import Engine, EngineConfig
 from nri_plrm.engine.spec import AdmissionError, ContainerKind, PodSpec
 from nri_plrm.nri.stub import NRIError
@@ -102,9 +109,12 @@ class SimulationResult:
     scope: str
     shared_pool: CPUSet
     pods: tuple[SimulatedPod, ...]
+    free: tuple[NumaAvailability, ...] = ()
+    """Capacity, allocatable and available resources per NUMA node after the pods."""
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--output json`` document (fixed shape; ``config`` is an addition)."""
+        """The ``--output json`` document (fixed shape; ``config`` and ``free_per_numa`` are
+        additions)."""
         return {
             "topology": self.topology,
             "config": {
@@ -137,6 +147,7 @@ class SimulationResult:
                 }
                 for p in self.pods
             ],
+            "free_per_numa": free_per_numa_to_dict(self.free),
         }
 
     def to_table(self) -> str:
@@ -179,7 +190,21 @@ class SimulationResult:
         lines.append("")
         lines.extend(notes)
         lines.append(f"node shared pool: {self.shared_pool}")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + self.free_table()
+
+    def free_table(self) -> str:
+        """What each NUMA node has left: one row per node and resource."""
+        if not self.free:
+            return ""
+        rows = []
+        for numa in self.free:
+            for r in numa.resources:
+                show = str if r.name == "cpu" else format_bytes
+                rows.append(
+                    (numa.node, r.name, show(r.capacity), show(r.allocatable), show(r.available))
+                )
+        header = ("NUMA", "RESOURCE", "CAPACITY", "ALLOCATABLE", "AVAILABLE")
+        return "\nfree per NUMA node:\n" + render_table(header, rows)
 
 
 @dataclass
@@ -359,6 +384,7 @@ async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> S
         scope=config.topology_manager.scope,
         shared_pool=engine.node_shared_pool(),
         pods=tuple(results),
+        free=free_per_numa(engine),
     )
 
 

@@ -1,12 +1,13 @@
-"""The daemon's Kubernetes API access (``[kubernetes] enabled``): the pod cache and the event
-recorder on one client, started and stopped together."""
+"""The daemon's Kubernetes API access (``[kubernetes] enabled``): the pod cache, the event
+recorder and (``node_resource_topology``) the NodeResourceTopology exporter on one client,
+started and stopped together."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-from nri_plrm.config import KubernetesSettings
+from nri_plrm.config import KubernetesSettings, TopologyManagerSettings
 from nri_plrm.metrics import Metrics
 from nri_plrm.podsource.client import (
     SERVICE_ACCOUNT_DIR,
@@ -17,24 +18,32 @@ from nri_plrm.podsource.client import (
 )
 from nri_plrm.podsource.events import EventRecorder
 from nri_plrm.podsource.kube import KubePodCache
+from nri_plrm.podsource.nrt import NodeTopologyExporter
+from nri_plrm.topology.model import Topology
 
 log = logging.getLogger("nri_plrm.podsource")
 
 
 @dataclass
 class KubernetesAccess:
-    """The pod cache (a ``PodSpecSource``) and the event recorder (a ``PodEventSink``)."""
+    """The pod cache (a ``PodSpecSource``), the event recorder (a ``PodEventSink``) and the
+    NodeResourceTopology exporter (None when not asked for)."""
 
     cache: KubePodCache
     events: EventRecorder
+    topology: NodeTopologyExporter | None = None
 
     def start(self) -> None:
-        """Start listing/watching and posting in the running loop."""
+        """Start listing/watching, posting and exporting in the running loop."""
         self.cache.start()
         self.events.start()
+        if self.topology is not None:
+            self.topology.start()
 
     async def stop(self) -> None:
-        """Stop both and close the client."""
+        """Stop them all."""
+        if self.topology is not None:
+            await self.topology.stop()
         await self.events.stop()
         await self.cache.stop()
 
@@ -43,9 +52,14 @@ def open_kubernetes(
     settings: KubernetesSettings,
     metrics: Metrics | None = None,
     service_account_dir: str = SERVICE_ACCOUNT_DIR,
+    *,
+    topology: Topology | None = None,
+    topology_manager: TopologyManagerSettings | None = None,
 ) -> KubernetesAccess | None:
     """The API access ``settings`` ask for; None when disabled, or (logged as an error, the
-    plugin then decides from NRI data only) when no usable configuration is found."""
+    plugin then decides from NRI data only) when no usable configuration is found. The
+    NodeResourceTopology exporter needs the machine's ``topology`` and ``topology_manager``
+    settings; its state function is attached once the plugin exists."""
     if not settings.enabled:
         return None
     node = node_name(settings)
@@ -61,4 +75,11 @@ def open_kubernetes(
     server = current.cluster.server if current is not None else ""
     log.info("Kubernetes API pod cache for node %s at %s", node, server or "?")
     cache = KubePodCache(client, node, metrics=metrics, server=server)
-    return KubernetesAccess(cache, EventRecorder(client, node, metrics=metrics))
+    exporter = None
+    if settings.node_resource_topology and topology is not None:
+        tm = topology_manager or TopologyManagerSettings()
+        exporter = NodeTopologyExporter(
+            client, node, topology, tm.policy, tm.scope, metrics=metrics
+        )
+        log.info("publishing NodeResourceTopology %s", node)
+    return KubernetesAccess(cache, EventRecorder(client, node, metrics=metrics), exporter)

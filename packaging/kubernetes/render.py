@@ -2,8 +2,10 @@
 
 ``python packaging/kubernetes/render.py`` rewrites ``packaging/kubernetes/nri-plrm.yaml``, the
 plain manifest for ``kubectl apply``: the chart with its default values, release ``nri-plrm``
-in namespace ``nri-plrm``, plus the Namespace. ``--check`` only compares and exits 1 when the
-file is stale. Rendering uses helm-python-sdk, which embeds the Helm SDK (no helm binary).
+in namespace ``nri-plrm``, plus the Namespace; and ``noderesourcetopologies-crd.yaml``, the
+chart's optional CRD (``crds/``), for clusters that lack it. ``--check`` only compares and
+exits 1 when a file is stale. Rendering uses helm-python-sdk, which embeds the Helm SDK (no
+helm binary).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import helm_python
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "packaging" / "helm" / "nri-plrm"
 MANIFEST = REPO / "packaging" / "kubernetes" / "nri-plrm.yaml"
+CRD_MANIFEST = REPO / "packaging" / "kubernetes" / "noderesourcetopologies-crd.yaml"
 RELEASE = "nri-plrm"
 NAMESPACE = "nri-plrm"
 STATIC_VALUES: dict[str, Any] = {"namespace": {"create": True}, "managedBy": "kubectl"}
@@ -63,18 +66,31 @@ def static_manifest() -> str:
     return header + "---\n" + "---\n".join(documents)
 
 
+def crd_manifest() -> str:
+    """The text of packaging/kubernetes/noderesourcetopologies-crd.yaml."""
+    with helm_python.Chart.load(str(CHART)) as chart:
+        (crd,) = chart.crds
+    header = (
+        "# NodeResourceTopology CRD, only for clusters that lack it (NFD's topology-updater and\n"
+        "# scheduler-plugins install the same API): kubectl create -f this file.\n"
+        "# Copied from packaging/helm/nri-plrm/crds/ by packaging/kubernetes/render.py.\n"
+    )
+    return header + crd["data"]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Write (or with --check, verify) the plain manifest."""
+    """Write (or with --check, verify) the plain manifests."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file is stale")
     args = parser.parse_args(argv)
-    text = static_manifest()
+    outputs = {MANIFEST: static_manifest(), CRD_MANIFEST: crd_manifest()}
     if args.check:
-        if MANIFEST.read_text() != text:
-            print(f"{MANIFEST}: stale; run python {Path(__file__).name}", file=sys.stderr)
-            return 1
-        return 0
-    MANIFEST.write_text(text)
+        stale = [path for path, text in outputs.items() if path.read_text() != text]
+        for path in stale:
+            print(f"{path}: stale; run python {Path(__file__).name}", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.write_text(text)
     return 0
 
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from nri_plrm.cli.simulate import SimulatedPod, SimulationResult, simulate
+from nri_plrm.cli.simulate import SimulatedPod, SimulationResult, engine_for, simulate
 from nri_plrm.config import Config, ConfigError, load_config, parse_config
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.availability import free_per_numa, free_per_numa_to_dict
 from nri_plrm.topology.synthetic import DEFAULT_SPEC, synthetic_topology
-from nri_plrm.translate.manifest_to_pod import ManifestError
+from nri_plrm.translate.manifest_to_pod import ManifestError, load_manifests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TOPOLOGY = synthetic_topology(DEFAULT_SPEC)
@@ -166,7 +167,7 @@ def test_ml_workload_under_pod_scope() -> None:
 def test_json_shape() -> None:
     doc = _run("pod-scope-mixed", "empty-shared-pool").to_json()
     json.dumps(doc)
-    assert set(doc) == {"topology", "config", "shared_pool", "pods"}
+    assert set(doc) == {"topology", "config", "shared_pool", "pods", "free_per_numa"}
     assert doc["shared_pool"] == "0,3-32,35-63"
     assert doc["topology"]["num_cpus"] == 64
     ok, rejected = doc["pods"]
@@ -237,3 +238,53 @@ def test_hugepages_pod_on_a_machine_with_hugepages(tmp_path: Path) -> None:
         "app": ("pod_exclusive", P("1"), P("0"), -1),
         "side": ("pod_shared", P("9"), P("0"), 200000),
     }
+
+
+@pytest.mark.parametrize("config_name", ["pod-scope", "container-scope"])
+def test_free_per_numa_is_the_engines_after_the_admitted_pods(config_name: str) -> None:
+    """``free_per_numa`` (JSON and table) equals what an engine that admitted the same pods
+    whole (the kubelet's way) has left per NUMA node: the NodeResourceTopology numbers."""
+    config = load_config(EXAMPLES / f"{config_name}.toml")
+    paths = sorted(EXAMPLES.glob("*.yaml"))
+    result = simulate(paths, TOPOLOGY, config)
+    want = engine_for(TOPOLOGY, config)
+    admitted = {p.uid for p in result.pods if p.admitted}
+    assert admitted  # the examples place most pods
+    for pod in load_manifests(paths):
+        if pod.uid in admitted:
+            want.admit_pod(pod)
+    assert result.free == free_per_numa(want)
+    doc = result.to_json()
+    assert list(doc) == ["topology", "config", "shared_pool", "pods", "free_per_numa"]
+    assert doc["free_per_numa"] == free_per_numa_to_dict(free_per_numa(want))
+    assert json.loads(json.dumps(doc))["free_per_numa"]["0"]["cpu"]["available"] == len(
+        TOPOLOGY.numa_nodes[0].cpus & want.cpu_manager.available_cpus()
+    )
+    table = result.to_table()
+    assert "\nfree per NUMA node:\nNUMA  RESOURCE  CAPACITY  ALLOCATABLE  AVAILABLE\n" in table
+    for numa in result.free:
+        cpu = numa.resource("cpu")
+        assert cpu is not None
+        row = f"{numa.node}     cpu       {cpu.capacity:<8}  {cpu.allocatable:<11}  {cpu.available}"
+        assert row in table
+
+
+def test_free_per_numa_on_an_empty_run() -> None:
+    result = simulate([], TOPOLOGY, Config())
+    doc = result.to_json()["free_per_numa"]
+    assert sorted(doc) == ["0", "1", "2", "3"]
+    assert doc["0"]["cpu"] == {"capacity": 16, "allocatable": 15, "available": 15}
+    assert doc["1"]["memory"]["available"] == doc["1"]["memory"]["allocatable"] == 16 * GI
+
+
+def test_free_per_numa_of_pod_scope_mixed_as_documented() -> None:
+    """examples/README.md: NUMA 0 keeps 11 of 15 allocatable CPUs and 11776Mi of 15872Mi."""
+    doc = _run("pod-scope-mixed").to_json()["free_per_numa"]
+    mi = 1 << 20
+    assert doc["0"]["cpu"] == {"capacity": 16, "allocatable": 15, "available": 11}
+    assert doc["0"]["memory"] == {
+        "capacity": 16 * GI,
+        "allocatable": 15872 * mi,
+        "available": 11776 * mi,
+    }
+    assert all(doc[n]["cpu"]["available"] == 16 for n in ("1", "2", "3"))

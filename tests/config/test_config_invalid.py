@@ -44,6 +44,11 @@ CASES: list[tuple[str, str, str]] = [
     ("[kubernetes]\nenabled = 1", "kubernetes.enabled: 1", "true or false"),
     ("[kubernetes]\nlookup_timeout = -1", "kubernetes.lookup_timeout: -1", "greater than 0"),
     (
+        '[kubernetes]\nnode_resource_topology = "yes"',
+        'kubernetes.node_resource_topology: "yes"',
+        "true or false",
+    ),
+    (
         '[topology_manager]\npolicy = "None"',
         'topology_manager.policy: "None"',
         "must be one of none, best-effort, restricted, single-numa-node",

@@ -44,6 +44,8 @@ def test_defaults_are_the_fixed_interface() -> None:
     assert c.pod_resources.mode == 0o600
     assert c.metrics.address == "127.0.0.1:9740"
     assert c.topology.sysfs_root == "/sys"
+    assert c.kubernetes.enabled is False
+    assert c.kubernetes.node_resource_topology is False
     assert c.topology_manager.policy == "single-numa-node"
     assert c.topology_manager.scope == "pod"
     assert c.topology_manager.prefer_closest_numa_nodes is False
@@ -93,6 +95,13 @@ reserved_memory = [
         0: {"memory": GI, "hugepages-2Mi": 4 * 1024**2},
         1: {"memory": 256 * 1024**2},
     }
+
+
+def test_node_resource_topology_key() -> None:
+    c = parse_config("[kubernetes]\nenabled = true\nnode_resource_topology = true")
+    assert c.kubernetes.node_resource_topology is True
+    changes = diff_configs(Config(), c)
+    assert "kubernetes.node_resource_topology" in changes.restart
 
 
 def test_reserved_cpus_and_matching_count_are_accepted() -> None:

@@ -248,6 +248,8 @@ def test_rbac_for_the_pod_cache() -> None:
         ("", "pods"): ["get", "list", "watch"],
         ("", "events"): ["create", "patch"],
         ("events.k8s.io", "events"): ["create", "patch"],
+        ("", "nodes"): ["get"],
+        ("topology.node.k8s.io", "noderesourcetopologies"): ["create", "get", "patch", "update"],
     }
     binding = objs[("ClusterRoleBinding", "nri-plrm")]
     assert binding["roleRef"] == {
@@ -258,6 +260,63 @@ def test_rbac_for_the_pod_cache() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "nri-plrm", "namespace": "nri-plrm"}
     ]
+
+
+def role_rules(values: dict[str, Any]) -> set[tuple[str, str]]:
+    role = objects(values)[("ClusterRole", "nri-plrm")]
+    return {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+
+
+def test_node_resource_topology_on_by_default_and_its_rbac_goes_with_it() -> None:
+    _, config = config_of()
+    assert config["kubernetes"]["enabled"] is True
+    assert config["kubernetes"]["node_resource_topology"] is True
+    nrt = ("topology.node.k8s.io", "noderesourcetopologies")
+    assert nrt in role_rules({})
+    off = {"config": {"kubernetes": {"node_resource_topology": False}}}
+    assert nrt not in role_rules(off)
+    assert ("", "nodes") not in role_rules(off)
+    assert config_of(off)[1]["kubernetes"]["node_resource_topology"] is False
+    no_api = {"config": {"kubernetes": {"enabled": False}}}
+    assert nrt not in role_rules(no_api)
+
+
+def test_chart_ships_the_crd_as_an_optional_crds_entry() -> None:
+    """The CRD lives in crds/ (installed only when missing, skipped with --skip-crds), is not a
+    template (Helm would then own and delete a CRD that NFD may also ship), is cluster-scoped
+    v1alpha2 as the scheduler plugin reads it, and the kubectl copy is the same document."""
+    with helm_python.Chart.load(str(CHART)) as chart:
+        (crd,) = chart.crds
+    doc = yaml.safe_load(crd["data"])
+    assert doc["kind"] == "CustomResourceDefinition"
+    assert doc["metadata"]["name"] == "noderesourcetopologies.topology.node.k8s.io"
+    spec = doc["spec"]
+    assert (spec["group"], spec["scope"]) == ("topology.node.k8s.io", "Cluster")
+    assert spec["names"]["kind"] == "NodeResourceTopology"
+    assert spec["names"]["plural"] == "noderesourcetopologies"
+    (version,) = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1alpha2", True, True)
+    schema = version["schema"]["openAPIV3Schema"]
+    assert schema["required"] == ["zones"]
+    assert set(schema["properties"]) == {
+        "apiVersion",
+        "kind",
+        "metadata",
+        "topologyPolicies",
+        "attributes",
+        "zones",
+    }
+    zone = schema["properties"]["zones"]["items"]
+    assert zone["required"] == ["name", "type"]
+    assert set(zone["properties"]) == {"name", "type", "parent", "costs", "attributes", "resources"}
+    resource = zone["properties"]["resources"]["items"]
+    assert resource["required"] == ["name", "capacity", "allocatable", "available"]
+    for quantity in ("capacity", "allocatable", "available"):
+        assert resource["properties"][quantity]["x-kubernetes-int-or-string"] is True
+    assert all("CustomResourceDefinition" not in text for text in render_module.render().values())
+    kubectl_copy = REPO / "packaging" / "kubernetes" / "noderesourcetopologies-crd.yaml"
+    assert yaml.safe_load(kubectl_copy.read_text()) == doc
+    assert kubectl_copy.read_text() == render_module.crd_manifest()
 
 
 def test_pod_cache_off_and_no_rbac() -> None:

@@ -12,8 +12,13 @@ from fakekube import FakeKube, free_port, kubeconfig_text, manifest_objects
 from plrm_daemon import running_daemon
 
 from nri_plrm.config import KubernetesSettings
+from nri_plrm.engine.availability import free_per_numa
+from nri_plrm.engine.facade import Engine
 from nri_plrm.metrics import Metrics
 from nri_plrm.podsource.access import open_kubernetes
+from nri_plrm.podsource.nrt import nrt_object
+from nri_plrm.topology.machines import MACHINES
+from nri_plrm.topology.sysfs import discover
 from nri_plrm.translate.manifest_to_pod import derived_uid, load_manifests
 from nri_plrm.ttrpc.messages import TtrpcError
 
@@ -111,4 +116,73 @@ def test_open_kubernetes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
     assert access is not None
     assert access.cache.server == "http://127.0.0.1:1"
     assert access.cache.client is access.events.client
+    assert access.topology is None  # node_resource_topology off
     asyncio.run(access.stop())
+    settings = KubernetesSettings(
+        enabled=True, kubeconfig=str(kubeconfig), node_name="n", node_resource_topology=True
+    )
+    access = open_kubernetes(settings, topology=MACHINES["default"])
+    assert access is not None and access.topology is not None
+    assert access.topology.client is access.cache.client
+    assert (access.topology.policy, access.topology.scope) == ("single-numa-node", "pod")
+    asyncio.run(access.stop())
+
+
+def test_daemon_publishes_the_node_resource_topology(tmp_path: Path) -> None:
+    """The real daemon on a fake sysfs: the object appears at start, follows an admission
+    with the numbers of an engine that admitted the same pod, and its zone costs are the
+    sysfs distance table."""
+    path = EXAMPLES / "pod-scope-mixed.yaml"
+    (spec,) = load_manifests([path])
+
+    async def main() -> None:
+        fk = await FakeKube().start()
+        uid = fk.add_node(NODE)["metadata"]["uid"]
+        for obj in manifest_objects(path.read_text(), NODE, derived_uid):
+            fk.add(obj)
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(kubeconfig_text(fk.url))
+        table = kubernetes_table(kubeconfig) + "node_resource_topology = true\n"
+        try:
+            async with running_daemon(tmp_path, table) as d:
+                topology = discover(d.config.topology.sysfs_root)
+                want = Engine(topology, d.config.engine_config())
+
+                def expected() -> dict[str, object]:
+                    tm = d.config.topology_manager
+                    obj = nrt_object(NODE, uid, free_per_numa(want), topology, tm.policy, tm.scope)
+                    return obj
+
+                def published() -> dict[str, object] | None:
+                    obj = fk.nrts.get(NODE)
+                    if obj is None:
+                        return None
+                    meta = {
+                        k: v
+                        for k, v in obj["metadata"].items()
+                        if k not in ("resourceVersion", "uid")
+                    }
+                    return {**obj, "metadata": meta}
+
+                async def until_published() -> None:
+                    for _ in range(300):
+                        if published() == expected():
+                            return
+                        await asyncio.sleep(0.02)
+                    raise AssertionError(f"published {published()}, expected {expected()}")
+
+                await until_published()
+                await wait_for_metric(d.metrics_url, "nri_plrm_pod_cache_available 1.0")
+                await d.runtime.launch(spec)
+                want.admit_pod(spec)
+                await until_published()
+                sysfs = Path(d.config.topology.sysfs_root) / "devices/system/node"
+                for zone in fk.nrts[NODE]["zones"]:
+                    row = (sysfs / zone["name"].replace("-", "") / "distance").read_text()
+                    assert [c["value"] for c in zone["costs"]] == [int(x) for x in row.split()]
+                text = await scrape(d.metrics_url)
+                assert 'nri_plrm_node_resource_topology_writes_total{result="failed"} 0.0' in text
+        finally:
+            await fk.stop()
+
+    asyncio.run(main())

@@ -4,8 +4,11 @@ It speaks what the pod cache and the event recorder use: ``GET /api/v1/pods`` (a
 ``metadata.resourceVersion``, ``fieldSelector=spec.nodeName=<node>`` honoured) and its watch
 (``watch=true``: a chunked stream of ``{"type": ..., "object": ...}`` lines from the requested
 ``resourceVersion``, ``timeoutSeconds`` honoured), ``410 Gone`` for a compacted
-``resourceVersion`` (as an HTTP status or as a watch ``ERROR`` event), dropped connections, and
-``POST /api/v1/namespaces/<ns>/events``. Every request is recorded.
+``resourceVersion`` (as an HTTP status or as a watch ``ERROR`` event), dropped connections,
+``POST /api/v1/namespaces/<ns>/events``, ``GET /api/v1/nodes/<name>`` and the cluster-scoped
+NodeResourceTopology custom resource (``GET``/``POST``/``PUT`` under
+``/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies``, with ``resourceVersion``
+conflicts as the API server answers them). Every request is recorded.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import contextlib
 import copy
 import json
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +35,19 @@ class Request:
     path: str
     query: dict[str, str]
     body: Any = None
+
+
+NRT_PATH = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
+
+
+@dataclass
+class Write:
+    """One accepted NodeResourceTopology create or update."""
+
+    method: str
+    at: float
+    """``time.monotonic()`` when the server stored it."""
+    body: dict[str, Any]
 
 
 @dataclass
@@ -93,6 +110,15 @@ class FakeKube:
         self.event_status = 201
         """Status answered to event POSTs (e.g. 403 or 500 to make posting fail)."""
         self.event_delay = 0.0
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.nrts: dict[str, dict[str, Any]] = {}
+        self.nrt_writes: list[Write] = []
+        self.nrt_status = 0
+        """When set (e.g. 503), answered to every node and NodeResourceTopology request."""
+        self.nrt_fail_next: list[int] = []
+        """Statuses answered, one per request, to the next NodeResourceTopology writes."""
+        self.nrt_crd = True
+        """False: the CRD is not installed (every NodeResourceTopology request is a 404)."""
         self._watches: list[_Watch] = []
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.StreamWriter] = set()
@@ -201,6 +227,86 @@ class FakeKube:
             if r.path == "/api/v1/pods" and (r.query.get("watch") == "true") == watch
         ]
 
+    # ----------------------------------------------------------------- nodes and NRTs
+
+    def add_node(self, name: str, uid: str | None = None) -> dict[str, Any]:
+        """Create a Node object (a new uid each time unless given)."""
+        self.rv += 1
+        node = {
+            "kind": "Node",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "uid": uid or f"node-uid-{name}-{self.rv}",
+                "resourceVersion": str(self.rv),
+            },
+        }
+        self.nodes[name] = node
+        return node
+
+    def nrt_requests(self) -> list[Request]:
+        """The NodeResourceTopology requests received, in order."""
+        return [r for r in self.requests if r.path.startswith(NRT_PATH)]
+
+    def _store_nrt(self, method: str, obj: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        stored = copy.deepcopy(obj)
+        meta = stored.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self.rv)
+        meta.setdefault("uid", f"nrt-uid-{meta['name']}")
+        self.nrts[meta["name"]] = stored
+        self.nrt_writes.append(Write(method, time.monotonic(), copy.deepcopy(obj)))
+        return stored
+
+    async def _node_api(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        name = request.path.rsplit("/", 1)[-1]
+        if self.nrt_status:
+            await self._json(writer, self.nrt_status, _status(self.nrt_status, "Error", "down"))
+        elif request.method == "GET" and name in self.nodes:
+            await self._json(writer, 200, self.nodes[name])
+        else:
+            await self._json(writer, 404, _status(404, "NotFound", f'nodes "{name}" not found'))
+
+    async def _nrt_api(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        rest = request.path[len(NRT_PATH) :].strip("/")
+        if self.nrt_status:
+            await self._json(writer, self.nrt_status, _status(self.nrt_status, "Error", "down"))
+            return
+        if not self.nrt_crd:
+            await self._json(writer, 404, _status(404, "NotFound", "the server could not find"))
+            return
+        if request.method in ("POST", "PUT") and self.nrt_fail_next:
+            code = self.nrt_fail_next.pop(0)
+            await self._json(writer, code, _status(code, "Injected", f"injected {code}"))
+            return
+        body = request.body if isinstance(request.body, dict) else {}
+        if request.method == "GET" and rest:
+            if rest in self.nrts:
+                await self._json(writer, 200, self.nrts[rest])
+            else:
+                await self._json(writer, 404, _status(404, "NotFound", f"{rest} not found"))
+        elif request.method == "POST" and not rest:
+            name = body.get("metadata", {}).get("name", "")
+            if name in self.nrts:
+                await self._json(writer, 409, _status(409, "AlreadyExists", f"{name} exists"))
+            else:
+                await self._json(writer, 201, self._store_nrt("POST", body))
+        elif request.method == "PUT" and rest:
+            current = self.nrts.get(rest)
+            sent = str(body.get("metadata", {}).get("resourceVersion", ""))
+            if current is None:
+                await self._json(writer, 404, _status(404, "NotFound", f"{rest} not found"))
+            elif not sent:
+                msg = "metadata.resourceVersion: Invalid value: 0x0: must be specified"
+                await self._json(writer, 422, _status(422, "Invalid", msg))
+            elif sent != current["metadata"]["resourceVersion"]:
+                msg = "the object has been modified; please apply your changes to the latest"
+                await self._json(writer, 409, _status(409, "Conflict", msg))
+            else:
+                await self._json(writer, 200, self._store_nrt("PUT", body))
+        else:
+            await self._json(writer, 405, _status(405, "MethodNotAllowed", request.method))
+
     # ----------------------------------------------------------------- HTTP
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -241,6 +347,12 @@ class FakeKube:
                 await self._watch(request, writer)
             else:
                 await self._list(request, writer)
+            return
+        if request.path.startswith(NRT_PATH):
+            await self._nrt_api(request, writer)
+            return
+        if request.path.startswith("/api/v1/nodes/"):
+            await self._node_api(request, writer)
             return
         parts = request.path.strip("/").split("/")
         if (
@@ -327,7 +439,14 @@ class FakeKube:
 
     async def _json(self, writer: asyncio.StreamWriter, code: int, body: Any) -> None:
         data = json.dumps(body).encode()
-        reason = {200: "OK", 201: "Created", 404: "Not Found", 410: "Gone"}.get(code, "Error")
+        reason = {
+            200: "OK",
+            201: "Created",
+            404: "Not Found",
+            409: "Conflict",
+            410: "Gone",
+            503: "Service Unavailable",
+        }.get(code, "Error")
         writer.write(
             f"HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(data)}\r\n\r\n".encode()
