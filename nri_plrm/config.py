@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +37,12 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 DEFAULT_PATH = "/etc/nri-plrm/config.toml"
+MAX_CONFIG_BYTES = 1 << 20
+"""The largest configuration file read (1 MiB); the documented file is about 3 KiB."""
+MAX_ECHO_CHARS = 200
+"""Values and key paths echoed in error messages are cut to this many characters."""
+MAX_ERRORS = 50
+"""Errors listed one per line; the rest are counted in one last line."""
 
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 """The kubelet's topology manager policies (``topologyManagerPolicy``)."""
@@ -296,24 +304,61 @@ def diff_configs(old: Config, new: Config) -> ConfigChanges:
 
 
 def load_config(path: str | Path) -> Config:
-    """Read and validate a TOML file; raises ConfigError listing every problem."""
+    """Read and validate a TOML file; raises ConfigError listing every problem.
+
+    Only a regular file (or a symlink to one) of at most :data:`MAX_CONFIG_BYTES` is read; a FIFO
+    or device at the path is refused without blocking (opened with ``O_NONBLOCK``).
+    """
     p = Path(path)
+    raw = _read_config_bytes(p)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"{p}: cannot read the config file: {exc.strerror or exc}"]) from exc
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError([f"{p}: not valid UTF-8: {exc.reason}"]) from exc
     return parse_config(text, str(p))
+
+
+def _read_config_bytes(p: Path) -> bytes:
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read the config file: {exc.strerror or exc}"]) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(
+                [f"{p}: mode {stat.filemode(st.st_mode)}: the config file must be a regular file"]
+            )
+        too_big = ConfigError(
+            [f"{p}: larger than {MAX_CONFIG_BYTES} bytes: not a configuration file"]
+        )
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise too_big
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_CONFIG_BYTES:
+                raise too_big
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read the config file: {exc.strerror or exc}"]) from exc
+    finally:
+        os.close(fd)
 
 
 def parse_config(text: str, source: str = "<string>") -> Config:
     """Parse and validate TOML text; raises ConfigError listing every problem."""
     try:
         data = tomllib.loads(text)
+        return _Parser(source).parse(data)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
-    return _Parser(source).parse(data)
+    except RecursionError as exc:
+        raise ConfigError(
+            [f"{source}: not valid TOML: arrays or tables nested too deeply to read"]
+        ) from exc
 
 
 def validate_for_topology(config: Config, topology: Topology) -> None:
@@ -383,13 +428,24 @@ def startup_warnings(config: Config) -> list[str]:
 
 
 def format_value(value: object) -> str:
-    """A value as it appears in error messages (JSON-like, strings quoted)."""
+    """A value as it appears in error messages (JSON-like, strings quoted), at most
+    :data:`MAX_ECHO_CHARS` characters."""
     if isinstance(value, CPUSet):
-        return json.dumps(str(value))
+        return clip(json.dumps(str(value)))
     try:
-        return json.dumps(value, default=str)
+        return clip(json.dumps(value, default=str))
+    except RecursionError:
+        return "<nested too deeply to show>"
     except (TypeError, ValueError):
-        return repr(value)
+        return clip(repr(value))
+
+
+def clip(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked with the full length."""
+    if len(text) <= limit:
+        return text
+    tail = f"... ({len(text)} characters)"
+    return text[: limit - len(tail)] + tail
 
 
 def _display(value: object) -> object:
@@ -420,7 +476,7 @@ class _Parser:
         self.errors: list[str] = []
 
     def error(self, key: str, value: object, rule: str) -> None:
-        self.errors.append(f"{key}: {format_value(value)}: {rule}")
+        self.errors.append(f"{clip(key)}: {format_value(value)}: {rule}")
 
     def parse(self, data: Mapping[str, Any]) -> Config:
         names = [f.name for f in dataclasses.fields(Config) if f.name != "source"]
@@ -458,7 +514,14 @@ class _Parser:
                 "the runtime's request budget",
             )
         if self.errors:
-            raise ConfigError(sorted(self.errors, key=self._order(names)))
+            errors = sorted(self.errors, key=self._order(names))
+            if len(errors) > MAX_ERRORS:
+                more = len(errors) - MAX_ERRORS + 1
+                errors = [
+                    *errors[: MAX_ERRORS - 1],
+                    f"{clip(self.source)}: {more} more errors not listed",
+                ]
+            raise ConfigError(errors)
         return config
 
     @staticmethod
@@ -943,8 +1006,8 @@ def _reserved_memory(p: _Parser, key: str, value: Any) -> Any:
 
 
 def _q(text: str) -> str:
-    """A name double-quoted as Go's %q prints it."""
-    return json.dumps(text)
+    """A name double-quoted as Go's %q prints it (clipped like every echoed value)."""
+    return clip(json.dumps(text))
 
 
 def _did_you_mean(key: str, known: Collection[str]) -> str:

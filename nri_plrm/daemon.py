@@ -40,11 +40,12 @@ from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.liveness import Liveness
 from nri_plrm.metrics import Metrics, MetricsServer
-from nri_plrm.nri.stub import Stub
+from nri_plrm.nri.stub import ENV_SOCKET, Stub
 from nri_plrm.plugin import Plugin
 from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
+from nri_plrm.safepaths import validate_for_host
 from nri_plrm.topology.hotplug.monitor import HotplugMonitor
 from nri_plrm.topology.hotplug.uevent import HotplugEvent
 from nri_plrm.topology.hotplug.watcher import HotplugWatcher, start_hotplug_watcher
@@ -56,6 +57,8 @@ log = logging.getLogger("nri_plrm.daemon")
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
+RELOAD_TIMEOUT = 5.0
+"""Seconds a SIGHUP waits for the configuration file to be read and parsed."""
 
 
 class JSONFormatter(logging.Formatter):
@@ -118,6 +121,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     """Run the plugin until SIGTERM/SIGINT; returns the process exit code."""
     setup_logging(config.log.level, config.log.format)
     try:
+        validate_for_host(config, nri_socket=ENV_SOCKET not in os.environ)
         topology = discover(config.topology.sysfs_root)
         validate_for_topology(config, topology)
         if config.state.kubelet_cpu_manager_state:
@@ -190,11 +194,20 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     loop = asyncio.get_running_loop()
     state = {"config": config}
 
-    def reload() -> None:
+    reloading: list[asyncio.Task[None]] = []
+
+    async def reload() -> None:
         source = state["config"].source
         try:
-            new = load_config(source)
-        except (ConfigError, OSError) as exc:
+            new = await asyncio.wait_for(asyncio.to_thread(load_config, source), RELOAD_TIMEOUT)
+        except asyncio.TimeoutError:
+            log.error(
+                "SIGHUP: keeping the running configuration, reading %s took longer than %g s",
+                source,
+                RELOAD_TIMEOUT,
+            )
+            return
+        except ConfigError as exc:
             log.error("SIGHUP: keeping the running configuration, %s is invalid: %s", source, exc)
             return
         changes = diff_configs(state["config"], new)
@@ -205,9 +218,17 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
             log.warning("SIGHUP: %s change(s) need a restart", ", ".join(changes.restart))
         state["config"] = new
 
+    def on_sighup() -> None:
+        # The file is read and parsed in a worker thread: the event loop keeps answering
+        # containerd while a slow or hostile file is read.
+        if reloading and not reloading[-1].done():
+            log.warning("SIGHUP: a reload is still running; this one is ignored")
+            return
+        reloading[:] = [loop.create_task(reload())]
+
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, lambda: loop.create_task(stub.stop()))
-    loop.add_signal_handler(signal.SIGHUP, reload)
+    loop.add_signal_handler(signal.SIGHUP, on_sighup)
 
     notifier = sdnotify.Notifier.from_environment()
 
@@ -257,7 +278,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     finally:
         if kube is not None:
             await kube.stop()
-        for task in (announcer, heartbeat, hotplug_start):
+        for task in (announcer, heartbeat, hotplug_start, *reloading):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -7,7 +7,6 @@ planted in the directory is replaced, never followed.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from pathlib import Path
 
@@ -56,25 +55,3 @@ def move_aside(dfd: int, name: str) -> str:
     os.rename(name, target, src_dir_fd=dfd, dst_dir_fd=dfd)
     os.fsync(dfd)
     return target
-
-
-def write_atomic(directory: str | os.PathLike[str], name: str, payload: bytes, mode: int) -> Path:
-    """Atomically replace ``directory/name`` with ``payload`` (file mode ``mode``).
-
-    The directory is created with mode 0755 if missing. Raises OSError naming the path when the
-    directory is a symlink or the write fails.
-    """
-    path = Path(directory)
-    try:
-        dfd = open_dir(path, 0o755)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise OSError(
-                exc.errno, f"directory {path}: is a symlink or not a directory, refusing it"
-            ) from exc
-        raise
-    try:
-        write_at(dfd, name, payload, mode)
-    finally:
-        os.close(dfd)
-    return path / name

@@ -22,15 +22,13 @@ support (``tests/support/kubelet_decode.py``): only the tests read kubelet files
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nri_plrm.checkpoint.atomic import write_atomic
+from nri_plrm.checkpoint.kubelet_export import policy_of, read_regular, write_owned
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import MemoryBlock
 
@@ -345,41 +343,15 @@ def encode_memory_manager_state(state: MemoryManagerState, fmt: str = "v3") -> b
     return _go_json(doc).encode("utf-8")
 
 
-def go_field(obj: Mapping[str, Any], name: str) -> Any:
-    """Go's field matching: the exact key, else a case-insensitive match."""
-    if name in obj:
-        return obj[name]
-    lowered = name.lower()
-    for key, value in obj.items():
-        if key.lower() == lowered:
-            return value
-    return None
-
-
 def kubelet_cpu_policy(path: str | os.PathLike[str]) -> str | None:
     """The policy named in a kubelet ``cpu_manager_state`` file, or None when there is none.
 
     Lenient on purpose (no checksum check): it answers "is a kubelet CPU manager active here?".
-    Reads ``data.policyName`` of V4 files and the top-level ``policyName`` otherwise.
+    Reads ``data.policyName`` of V4 files and the top-level ``policyName`` otherwise. Raises
+    OSError when the path is not a regular file (a FIFO there is never waited on).
     """
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        obj = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(obj, dict):
-        return None
-    data = go_field(obj, "data")
-    if isinstance(data, str):
-        with contextlib.suppress(ValueError):
-            inner = json.loads(data)
-            if isinstance(inner, dict) and isinstance(go_field(inner, "policyName"), str):
-                return str(go_field(inner, "policyName"))
-    policy = go_field(obj, "policyName")
-    return policy if isinstance(policy, str) else None
+    raw = read_regular(path)
+    return None if raw is None else policy_of(raw)
 
 
 def check_kubelet_cpu_manager(path: str | os.PathLike[str]) -> None:
@@ -473,24 +445,14 @@ def write_kubelet_state(
 ) -> list[Path]:
     """Write ``cpu_manager_state`` / ``memory_manager_state`` into ``directory`` atomically.
 
-    Files are mode 0644 (readable by monitoring tools, as the kubelet's are). Never point this at
-    the kubelet's own root directory: a kubelet running with ``cpuManagerPolicy: none`` keeps its
-    own ``cpu_manager_state`` there. Returns the paths written.
+    Files are mode 0644 (readable by monitoring tools, as the kubelet's are). A file the plugin
+    did not write is never replaced (ForeignFileError, see ``kubelet_export``): a kubelet running
+    with ``cpuManagerPolicy: none`` keeps its own ``cpu_manager_state`` in its root directory.
+    Returns the paths written.
     """
-    written = []
+    files = {}
     if cpu is not None:
-        written.append(
-            write_atomic(
-                directory, CPU_MANAGER_STATE_FILE, encode_cpu_manager_state(cpu, cpu_format), 0o644
-            )
-        )
+        files[CPU_MANAGER_STATE_FILE] = encode_cpu_manager_state(cpu, cpu_format)
     if memory is not None:
-        written.append(
-            write_atomic(
-                directory,
-                MEMORY_MANAGER_STATE_FILE,
-                encode_memory_manager_state(memory, memory_format),
-                0o644,
-            )
-        )
-    return written
+        files[MEMORY_MANAGER_STATE_FILE] = encode_memory_manager_state(memory, memory_format)
+    return write_owned(directory, files, 0o644)

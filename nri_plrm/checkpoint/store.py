@@ -15,9 +15,11 @@ Rules, learned from the kubelet's checkpoint history (V3 broke older readers, V4
   copy of the pre-migration file as ``state.json.v<n>`` so a downgrade can still find it.
 - Writes go to a temporary file in the same directory, are fsynced, renamed over the state file,
   and the directory is fsynced: a crash leaves the old or the new file, never a torn one.
-- The directory must be a real directory (not a symlink) owned by this user; it is created with
-  mode 0700 and tightened to 0700 if it is wider. Files are created with mode 0600 and opened with
-  ``O_NOFOLLOW`` relative to the directory, so a symlink planted in the directory is never followed.
+- The directory must be a real directory (not a symlink) owned by this user and writable by no
+  other user; it is created with mode 0700, and a wider existing one is never chmodded (a
+  writable one is refused, a readable one left as it is). Files are created with mode 0600 and
+  opened with ``O_NOFOLLOW`` relative to the directory, so a symlink planted in the directory is
+  never followed.
 - A file that cannot be used (unreadable, not JSON, wrong layout, checksum mismatch, a symlink or
   special file, a failed migration) is renamed to ``state.json.corrupt-<n>`` and reported in
   :class:`LoadResult.problem`; the caller rebuilds from what the runtime reports and counts it.
@@ -275,8 +277,15 @@ class CheckpointStore:
                     f"state directory {path}: owned by uid {st.st_uid}, "
                     f"must be owned by this process's uid {os.geteuid()}"
                 )
-            if stat.S_IMODE(st.st_mode) & 0o077:
-                os.fchmod(dfd, 0o700)
+            mode = stat.S_IMODE(st.st_mode)
+            if mode & stat.S_IWOTH or (mode & stat.S_IWGRP and st.st_gid != 0):
+                # Never chmod a directory the plugin did not create: on a shared directory that
+                # breaks the host. Refuse it instead.
+                raise CheckpointError(
+                    f"state directory {path}: mode {stat.filemode(st.st_mode)}, gid "
+                    f"{st.st_gid}: writable by other users, who could replace the checkpoint; "
+                    "use a directory of its own that only root can write"
+                )
         except BaseException:
             os.close(dfd)
             raise

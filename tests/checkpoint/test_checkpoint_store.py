@@ -57,12 +57,30 @@ def test_overwrite_keeps_only_newest(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path / "s")) == ["state.json"]
 
 
-def test_wide_directory_mode_is_tightened(tmp_path: Path) -> None:
+def test_existing_readable_directory_is_never_chmodded(tmp_path: Path) -> None:
     d = tmp_path / "s"
     d.mkdir(mode=0o755)
     d.chmod(0o755)
     CheckpointStore(d).save({"x": 1})
-    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert stat.S_IMODE(d.stat().st_mode) == 0o755
+    assert CheckpointStore(d).load().data == {"x": 1}
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770])
+def test_existing_directory_writable_by_others_is_refused_not_chmodded(
+    tmp_path: Path, mode: int
+) -> None:
+    d = tmp_path / "shared"
+    d.mkdir()
+    if os.geteuid() == 0:
+        os.chown(d, 0, 12345)  # a group other than root's
+    d.chmod(mode)
+    if d.stat().st_gid == 0:
+        pytest.skip("needs a directory group other than root's")
+    with pytest.raises(CheckpointError, match="writable by other users"):
+        CheckpointStore(d).save({"x": 1})
+    assert stat.S_IMODE(d.stat().st_mode) == mode
+    assert not (d / "state.json").exists()
 
 
 def test_newer_version_with_unknown_fields_is_read(tmp_path: Path) -> None:

@@ -23,11 +23,11 @@ from nri_plrm.checkpoint.kubelet import (
     NUMANodeState,
     cpu_hash_text,
     fnv1a_32,
-    go_field,
     go_string,
     memory_checkpoint_checksum,
     string_checksum,
 )
+from nri_plrm.checkpoint.kubelet_export import go_field
 from nri_plrm.cpuset import CPUSet, CPUSetError
 from nri_plrm.engine.spec import MemoryBlock
 
