@@ -1,0 +1,193 @@
+"""Hostile configuration files (issue 12, finding 5): a FIFO or device at the config path, an
+oversized file, arrays nested 5,000 deep, huge tables of unknown keys. Each is a configuration
+error (exit 2) with bounded messages, and a SIGHUP with such a file keeps the running daemon
+answering containerd with its running configuration."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from nrisim import NRISimulator
+from plrm_runtime import FakeRuntime
+
+from nri_plrm.config import (
+    MAX_CONFIG_BYTES,
+    MAX_ECHO_CHARS,
+    MAX_ERRORS,
+    ConfigError,
+    load_config,
+    parse_config,
+)
+from nri_plrm.manifest import load_manifests
+from nri_plrm.topology.fakesysfs import write_sysfs
+from nri_plrm.topology.machines import MACHINES
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NESTED = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nri_plrm.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def unknown_keys(total_bytes: int) -> str:
+    """A ``[nri]`` table of unknown keys with long values, about ``total_bytes`` long."""
+    value = "v" * 1000
+    lines = [f'k{i} = "{value}"' for i in range(total_bytes // 1010)]
+    return "[nri]\n" + "\n".join(lines) + "\n"
+
+
+def test_fifo_at_the_config_path_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="must be a regular file"):
+        load_config(fifo)
+    assert time.monotonic() - start < 5
+    proc = cli("check-config", str(fifo), timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert "prw-" in proc.stderr and "regular file" in proc.stderr
+
+
+def test_device_and_directory_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"crw-.*must be a regular file"):
+        load_config("/dev/null")
+    with pytest.raises(ConfigError, match=r"drwx.*must be a regular file"):
+        load_config(tmp_path)
+
+
+def test_symlink_to_a_regular_file_is_read(tmp_path: Path) -> None:
+    """A Kubernetes ConfigMap volume presents the file through symlinks."""
+    real = tmp_path / "..data" / "config.toml"
+    real.parent.mkdir()
+    real.write_text('[log]\nlevel = "debug"\n')
+    (tmp_path / "config.toml").symlink_to(real)
+    assert load_config(tmp_path / "config.toml").log.level == "debug"
+
+
+def test_file_over_one_mib_is_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    comment = "# " + "x" * 97 + "\n"
+    cfg.write_text(comment * (MAX_CONFIG_BYTES // len(comment) + 1))
+    assert cfg.stat().st_size > MAX_CONFIG_BYTES
+    with pytest.raises(ConfigError, match=f"larger than {MAX_CONFIG_BYTES} bytes"):
+        load_config(cfg)
+    cfg.write_text(comment * (MAX_CONFIG_BYTES // len(comment)))
+    assert load_config(cfg).log.level == "info"
+
+
+@pytest.mark.parametrize("command", ["check-config", "run"])
+def test_deep_nesting_is_a_config_error_exit_2(tmp_path: Path, command: str) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(NESTED)
+    assert cfg.stat().st_size == 10005
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        parse_config(NESTED, "nested")
+    args = ["run", "--config", str(cfg)] if command == "run" else ["check-config", str(cfg)]
+    proc = cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert "nested too deeply" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_echoed_values_are_cut_and_errors_counted() -> None:
+    text = unknown_keys(3 * MAX_CONFIG_BYTES) + "[nir]\n" + unknown_keys(MAX_CONFIG_BYTES)[6:]
+    with pytest.raises(ConfigError) as failure:
+        parse_config(text, "big")
+    errors = failure.value.errors
+    assert len(errors) == MAX_ERRORS
+    assert errors[-1].startswith("big: ") and errors[-1].endswith("more errors not listed")
+    for line in errors[:-1]:
+        key, value, _rule = line.split(": ", 2)
+        assert len(value) <= MAX_ECHO_CHARS, line
+        assert len(key) <= MAX_ECHO_CHARS
+    assert len(str(failure.value)) < 20_000
+    with pytest.raises(ConfigError) as one:
+        parse_config('[nri]\nsocket = "' + "s" * 100_000 + '"\n', "long")
+    (line,) = one.value.errors
+    assert line.startswith('nri.socket: "sss') and "(100002 characters)" in line
+    assert len(line.split(": ")[1]) <= MAX_ECHO_CHARS
+
+
+def daemon_config(tmp: Path) -> str:
+    return f"""
+[nri]
+socket = "{tmp}/nri.sock"
+[state]
+dir = "{tmp}/state"
+kubelet_cpu_manager_state = ""
+[pod_resources]
+enabled = false
+[metrics]
+address = ""
+[log]
+format = "json"
+[topology]
+sysfs_root = "{tmp}/sys"
+"""
+
+
+async def wait_logged(log: Path, text: str, timeout: float = 20) -> str:
+    deadline = time.monotonic() + timeout
+    while text not in (content := log.read_text()):
+        assert time.monotonic() < deadline, f"{text!r} not logged; log:\n{content[-5000:]}"
+        await asyncio.sleep(0.05)
+    return content
+
+
+@pytest.mark.parametrize("hostile", ["fifo", "oversized", "nested"])
+def test_sighup_with_a_hostile_file_keeps_the_daemon_answering(
+    tmp_path: Path, hostile: str
+) -> None:
+    write_sysfs(MACHINES["default"], str(tmp_path / "sys"))
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(daemon_config(tmp_path))
+    log = tmp_path / "daemon.log"
+    (spec,) = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
+    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+
+    async def main() -> None:
+        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=env,
+            )
+        try:
+            await sim.wait_registered(timeout=30)
+            cfg.unlink()
+            if hostile == "fifo":
+                os.mkfifo(cfg)
+            elif hostile == "oversized":
+                cfg.write_text(unknown_keys(2 * MAX_CONFIG_BYTES))
+            else:
+                cfg.write_text(NESTED)
+            proc.send_signal(signal.SIGHUP)
+            text = await wait_logged(log, "SIGHUP: keeping the running configuration")
+            assert max(len(line) for line in text.splitlines()) < 2000
+            pod = await FakeRuntime(sim).launch(spec)
+            assert pod.id
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            await sim.close()
+
+    asyncio.run(main())
