@@ -438,3 +438,67 @@ def test_schema_names_every_config_table() -> None:
 def test_schema_rejects_mistyped_values(values: dict[str, Any], where: str) -> None:
     with pytest.raises(helm_python.HelmValuesError, match=re.escape(where)):
         render_module.render(values)
+
+
+def test_kubelet_state_export_gets_a_host_directory_of_its_own() -> None:
+    """Issue 16: the export is mounted from hostPaths.kubeletStateExportDir, only when set, and
+    every mount of the kubelet's directory stays read-only."""
+    assert "kubelet-state-export" not in {m["name"] for m in container(daemonset())["volumeMounts"]}
+    values = {"config": {"state": {"kubelet_state_dir": "/var/lib/nri-plrm-export/"}}}
+    ds = daemonset(values)
+    mount, volume = mounts(ds)["/var/lib/nri-plrm-export"]
+    assert not mount.get("readOnly", False)
+    assert volume["hostPath"] == {"path": "/var/lib/nri-plrm-export", "type": "DirectoryOrCreate"}
+    text, _ = config_of(values)
+    assert parse_config(text, "configmap").state.kubelet_state_dir == "/var/lib/nri-plrm-export/"
+    for mount, volume in mounts(ds).values():
+        if volume.get("hostPath", {}).get("path", "").startswith("/var/lib/kubelet"):
+            assert mount["readOnly"] is True, mount
+
+
+@pytest.mark.parametrize(
+    ("values", "key"),
+    [
+        (
+            {
+                "config": {"state": {"kubelet_state_dir": "/export"}},
+                "hostPaths": {"kubeletStateExportDir": "/var/lib/kubelet/"},
+            },
+            "hostPaths.kubeletStateExportDir",
+        ),
+        (
+            {
+                "config": {"state": {"kubelet_state_dir": "/export"}},
+                "hostPaths": {"kubeletStateExportDir": "/var/lib/kubelet/nri-plrm"},
+            },
+            "hostPaths.kubeletStateExportDir",
+        ),
+        (
+            {
+                "config": {"state": {"kubelet_state_dir": "/export"}},
+                "hostPaths": {
+                    "kubeletDir": "/data/kubelet",
+                    "kubeletStateExportDir": "/data/kubelet",
+                },
+            },
+            "hostPaths.kubeletStateExportDir",
+        ),
+        ({"config": {"state": {"kubelet_state_dir": "/host/kubelet"}}}, "kubelet_state_dir"),
+        (
+            {"config": {"state": {"kubelet_state_dir": "/host/kubelet/pod-resources"}}},
+            "kubelet_state_dir",
+        ),
+    ],
+)
+def test_export_onto_the_kubelets_directory_fails_the_render(
+    values: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(helm_python.HelmError, match="refuses to start at its next restart") as err:
+        render_module.render(values)
+    assert key in str(err.value)
+
+
+@pytest.mark.parametrize("path", ["/var/lib/nri-plrm", "/tmp", "/etc/nri-plrm"])
+def test_export_onto_another_mount_fails_the_render(path: str) -> None:
+    with pytest.raises(helm_python.HelmError, match="another volume is mounted there"):
+        render_module.render({"config": {"state": {"kubelet_state_dir": path}}})

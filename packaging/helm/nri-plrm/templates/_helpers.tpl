@@ -115,3 +115,37 @@ so the plugin must listen on all addresses there.
 {{- end -}}
 {{- $port -}}
 {{- end -}}
+
+{{/*
+The container path of the kubelet-format export (config.state.kubelet_state_dir), "" when off.
+The render fails when the export would land on the kubelet's own state files: the host directory
+is hostPaths.kubeletDir or inside it, or the container path is the directory of
+config.state.kubelet_cpu_manager_state (or inside it), or another mount's path.
+*/}}
+{{- define "nri-plrm.kubeletStateExport" -}}
+{{- $dir := .Values.config.state.kubelet_state_dir | default "" | toString -}}
+{{- if $dir -}}
+{{- $why := "a kubelet running with its managers set to none refuses to start at its next restart when the plugin's static-policy cpu_manager_state/memory_manager_state replace its own (configured policy \"none\" differs from state checkpoint policy \"static\"); export to a directory of its own (docs/config.md)" -}}
+{{- if not (hasPrefix "/" $dir) -}}
+{{- fail (printf "config.state.kubelet_state_dir: %q: must be an absolute path, or \"\" to turn it off" $dir) -}}
+{{- end -}}
+{{- $dir = clean $dir -}}
+{{- $host := clean .Values.hostPaths.kubeletStateExportDir -}}
+{{- $kubelet := clean .Values.hostPaths.kubeletDir -}}
+{{- if or (eq $host $kubelet) (hasPrefix (printf "%s/" $kubelet) $host) -}}
+{{- fail (printf "hostPaths.kubeletStateExportDir: %q: is the kubelet's directory (hostPaths.kubeletDir %q) or inside it: %s" $host $kubelet $why) -}}
+{{- end -}}
+{{- $state := .Values.config.state.kubelet_cpu_manager_state | default "" | toString -}}
+{{- if $state -}}
+{{- $kubeletView := dir (clean $state) -}}
+{{- if or (eq $dir $kubeletView) (hasPrefix (printf "%s/" $kubeletView) $dir) -}}
+{{- fail (printf "config.state.kubelet_state_dir: %q: is the directory of config.state.kubelet_cpu_manager_state (%q) or inside it: %s" $dir $kubeletView $why) -}}
+{{- end -}}
+{{- end -}}
+{{- $taken := list "/etc/nri-plrm" (dir (clean .Values.config.nri.socket)) (clean .Values.config.state.dir) (clean .Values.config.topology.sysfs_root) "/tmp" -}}
+{{- if has $dir $taken -}}
+{{- fail (printf "config.state.kubelet_state_dir: %q: another volume is mounted there; the export needs a directory of its own" $dir) -}}
+{{- end -}}
+{{- $dir -}}
+{{- end -}}
+{{- end -}}
