@@ -1,15 +1,17 @@
 """``nri-plrm run``: topology, engine, checkpoint, metrics, PodResources and the NRI stub, wired.
 
-Start-up order: logging, topology discovery, the kubelet-conflict check, engine, checkpoint restore,
-metrics HTTP server, PodResources server, the Kubernetes API pod cache and event recorder
-(``[kubernetes] enabled``), NRI stub; once first registered, the CPU hotplug watcher
-(``nri_plrm.topology.hotplug.monitor``, when the kernel's uevent socket can be opened).
-``SIGTERM``/``SIGINT`` stop cleanly; ``SIGHUP`` re-reads the configuration file and applies
-``[log]`` changes live (every other change is logged as needing a restart). ``on_ready`` is called
-each time the plugin is registered and synchronized with the runtime (systemd ``READY=1`` by
-default); a lost connection is reported as systemd ``STATUS=``. ``/healthz`` and the systemd
-watchdog (when armed) follow :class:`~nri_plrm.liveness.Liveness`: a stuck event loop or an NRI
-request held past the runtime's timeout turns ``/healthz`` to 503 and stops ``WATCHDOG=1``.
+Start-up order: logging, the host checks (``nri_plrm.safepaths``), topology discovery, the
+kubelet-conflict check, engine, checkpoint restore, metrics HTTP server, PodResources server,
+the Kubernetes API pod cache and event recorder (``[kubernetes] enabled``), NRI stub; once first
+registered, the CPU hotplug watcher (``nri_plrm.topology.hotplug.monitor``, when the kernel's
+uevent socket can be opened). ``SIGTERM``/``SIGINT`` stop cleanly; ``SIGHUP`` re-reads the
+configuration file in a worker thread (the loop keeps serving) and applies ``[log]`` changes live
+(every other change is logged as needing a restart; a bad file keeps the running configuration).
+``on_ready`` is called each time the plugin is registered and synchronized with the runtime
+(systemd ``READY=1`` by default); a lost connection is reported as systemd ``STATUS=``.
+``/healthz`` and the systemd watchdog (when armed) follow :class:`~nri_plrm.liveness.Liveness`: a
+stuck event loop or an NRI request held past the runtime's timeout turns ``/healthz`` to 503 and
+stops ``WATCHDOG=1``.
 """
 
 from __future__ import annotations
