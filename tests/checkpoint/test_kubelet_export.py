@@ -186,12 +186,16 @@ def test_own_files_stay_replaceable_after_a_crash_between_the_writes(
     assert decode_cpu_manager_state((export / "cpu_manager_state").read_bytes()).state == third
 
 
-async def wait_for_file(path: Path, other_than: bytes = b"", timeout: float = 20) -> bytes:
+async def wait_for_pod(path: Path, uid: str, timeout: float = 20) -> bytes:
+    """The exported cpu_manager_state once it lists pod ``uid``."""
     deadline = time.monotonic() + timeout
-    while not path.exists() or path.read_bytes() == other_than:
-        assert time.monotonic() < deadline, f"{path} not written"
+    while True:
+        if path.exists():
+            raw = path.read_bytes()
+            if uid in decode_cpu_manager_state(raw).state.pod_entries:
+                return raw
+        assert time.monotonic() < deadline, f"{path} never listed pod {uid}"
         await asyncio.sleep(0.05)
-    return path.read_bytes()
 
 
 def test_a_fresh_directory_receives_both_files_run_after_run(tmp_path: Path) -> None:
@@ -204,7 +208,7 @@ def test_a_fresh_directory_receives_both_files_run_after_run(tmp_path: Path) -> 
     (spec,) = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
     env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
 
-    async def one_run(previous: bytes, uid: str) -> bytes:
+    async def one_run(uid: str) -> bytes:
         sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
         with open(tmp_path / "daemon.log", "ab") as out:
             proc = subprocess.Popen(
@@ -217,22 +221,22 @@ def test_a_fresh_directory_receives_both_files_run_after_run(tmp_path: Path) -> 
         try:
             await sim.wait_registered(timeout=30)
             await FakeRuntime(sim).launch(dataclasses.replace(spec, uid=uid))
-            cpu = await wait_for_file(export / "cpu_manager_state", previous)
-            await wait_for_file(export / "memory_manager_state")
+            cpu = await wait_for_pod(export / "cpu_manager_state", uid)
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
+            assert (export / "memory_manager_state").exists()
             return cpu
         finally:
             if proc.poll() is None:
                 proc.kill()
             await sim.close()
 
-    first = asyncio.run(one_run(b"", "pod-one"))
+    first = asyncio.run(one_run("pod-one"))
     assert decode_cpu_manager_state(first).state.policy_name == "static"
     memory = decode_memory_manager_state((export / "memory_manager_state").read_bytes())
     assert memory.state.policy_name == "Static"
     assert cli("check-config", str(cfg)).returncode == 0
-    second = asyncio.run(one_run(first, "pod-two"))
-    assert "pod-two" in decode_cpu_manager_state(second).state.pod_entries
+    second = asyncio.run(one_run("pod-two"))
+    assert second != first
     assert (kubelet / "cpu_manager_state").read_bytes() == KUBELET_NONE_CPU
     assert "kubelet-format export" not in (tmp_path / "daemon.log").read_text()
