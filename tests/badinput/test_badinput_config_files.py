@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fakesysfs import write_sysfs
 from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
@@ -25,9 +26,8 @@ from nri_plrm.config import (
     load_config,
     parse_config,
 )
-from nri_plrm.manifest import load_manifests
-from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.manifest_to_pod import load_manifests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NESTED = "x = " + "[" * 5000 + "]" * 5000 + "\n"

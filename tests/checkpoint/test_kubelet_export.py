@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+from fakesysfs import write_sysfs
+from kubelet_decode import decode_cpu_manager_state, decode_memory_manager_state
 from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
@@ -23,17 +25,14 @@ import nri_plrm.checkpoint.kubelet_export as kubelet_export
 from nri_plrm.checkpoint.kubelet import (
     CPUManagerState,
     MemoryManagerState,
-    decode_cpu_manager_state,
-    decode_memory_manager_state,
     encode_cpu_manager_state,
     encode_memory_manager_state,
     write_kubelet_state,
 )
 from nri_plrm.checkpoint.kubelet_export import RECORD_FILE, ForeignFileError, export_dir_problem
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.manifest import load_manifests
-from nri_plrm.topology.fakesysfs import write_sysfs
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.manifest_to_pod import load_manifests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RESTART_FAILURE = "refuses to start at its next restart"
