@@ -926,7 +926,7 @@ def _reserved_cpus(p: _Parser, key: str, value: Any) -> Any:
     try:
         cpus = CPUSet.parse(value)
     except CPUSetError as exc:
-        p.error(key, value, f"not a valid cpuset: {exc}")
+        p.error(key, value, f"not a valid cpuset: {clip(str(exc))}")
         return _INVALID
     if not cpus:
         p.error(
@@ -1032,7 +1032,7 @@ def _quantity(p: _Parser, key: str, value: Any) -> int | None:
     try:
         size = memory_bytes(value)
     except QuantityError as exc:
-        p.error(key, value, str(exc))
+        p.error(key, value, clip(str(exc)))
         return None
     if size < 0:
         p.error(key, value, "must not be negative")

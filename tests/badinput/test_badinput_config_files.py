@@ -122,6 +122,22 @@ def test_echoed_values_are_cut_and_errors_counted() -> None:
     assert len(line.split(": ")[1]) <= MAX_ECHO_CHARS
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[cpu_manager]\nreserved_cpus = "' + "1," * 50_000 + 'a"',
+        '[[memory_manager.reserved_memory]]\nnuma_node = 0\nmemory = "' + "9" * 100_000 + 'Zi"',
+        '[topology_manager]\noptions = { "' + "y" * 100_000 + '" = true }',
+    ],
+)
+def test_rules_quoting_the_value_are_cut_too(text: str) -> None:
+    """Parser messages (a bad cpuset, a bad quantity, an unknown option name) quote the value."""
+    with pytest.raises(ConfigError) as failure:
+        parse_config(text, "long")
+    (line,) = failure.value.errors
+    assert len(line) < 3 * MAX_ECHO_CHARS + 200, line[:400]
+
+
 def daemon_config(tmp: Path) -> str:
     return f"""
 [nri]
