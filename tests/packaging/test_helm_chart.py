@@ -498,7 +498,7 @@ def test_export_onto_the_kubelets_directory_fails_the_render(
     assert key in str(err.value)
 
 
-@pytest.mark.parametrize("path", ["/var/lib/nri-plrm", "/tmp", "/etc/nri-plrm"])
+@pytest.mark.parametrize("path", ["/var/lib/nri-plrm", "/tmp", "/etc/nri-plrm", "/var/run/nri/"])
 def test_export_onto_another_mount_fails_the_render(path: str) -> None:
     with pytest.raises(helm_python.HelmError, match="another volume is mounted there"):
         render_module.render({"config": {"state": {"kubelet_state_dir": path}}})
