@@ -319,7 +319,11 @@ def check_state_files(config: Config, process: KubeletProcess | None = None) -> 
     for path in (cpu_path, memory_path):
         if not os.path.exists(path):
             continue
-        policy = kubelet_cpu_policy(path)
+        try:
+            policy = kubelet_cpu_policy(path)
+        except OSError as exc:
+            found.append(f"{os.path.basename(path)}: unreadable ({exc.strerror or exc})")
+            continue
         found.append(f"{os.path.basename(path)}: {policy or 'no policy'}")
         if policy is not None and policy.lower() == "static":
             static.append(f"{path}: policyName {policy!r}")

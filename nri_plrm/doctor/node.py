@@ -18,6 +18,7 @@ from nri_plrm.config import (
     validate_for_topology,
 )
 from nri_plrm.doctor.result import Check, fail, ok, warn
+from nri_plrm.safepaths import host_problems
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.sysfs import discover
 
@@ -118,6 +119,30 @@ def check_plugin_config(pc: PluginConfig) -> Check:
             f"fix the keys named; `nri-plrm check-config {pc.path}` lists every error",
         )
     return ok(CONFIG_AREA, "file", f"{pc.path}: valid")
+
+
+def check_plugin_paths(pc: PluginConfig) -> Check:
+    """The sockets, state directory and kubelet-format export pass the host checks
+    (``nri_plrm.safepaths``) that ``check-config`` and ``run`` apply."""
+    problems = host_problems(pc.config)
+    if problems:
+        return fail(
+            CONFIG_AREA,
+            "paths",
+            "; ".join(problems),
+            f"move the paths named in {pc.config.source} (docs/config.md, checks against the "
+            "host); the plugin refuses to start with them",
+        )
+    return ok(
+        CONFIG_AREA,
+        "paths",
+        "sockets and state directory in directories only root can write"
+        + (
+            ", export directory clear of the kubelet's files"
+            if pc.config.state.kubelet_state_dir
+            else ""
+        ),
+    )
 
 
 def discover_machine(sysfs: str) -> tuple[Topology | None, Check]:

@@ -56,6 +56,7 @@ def run_checks(inputs: DoctorInputs) -> list[Check]:
     checks.append(kubelet.check_state_files(config, process))
     checks.append(node.check_cgroup(inputs.cgroup_root))
     checks.append(node.check_plugin_config(plugin))
+    checks.append(node.check_plugin_paths(plugin))
     topology, discovered = node.discover_machine(inputs.sysfs or config.topology.sysfs_root)
     checks.append(discovered)
     if topology is not None:

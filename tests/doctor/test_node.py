@@ -121,3 +121,30 @@ def test_policy_none_warns(tmp_path: Path, sysfs: str) -> None:
 def test_unreadable_machine_fails(tmp_path: Path) -> None:
     topology, check = node.discover_machine(str(tmp_path / "nosys"))
     assert topology is None and check.status is Status.FAIL and "--sysfs" in check.fix
+
+
+def test_paths_other_users_can_replace_fail(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    text = f'[nri]\nsocket = "{shared}/nri.sock"\n[state]\ndir = "{tmp_path}/state"\n'
+    text += f'[pod_resources]\nsocket = "{tmp_path}/state/pr.sock"\n'
+    check = node.check_plugin_paths(plugin(tmp_path, text))
+    assert check.status is Status.FAIL
+    assert check.message.startswith(f'nri.socket: "{shared}/nri.sock": directory {shared}')
+    safe = tmp_path / "safe"
+    safe.mkdir()
+    text = text.replace(str(shared), str(safe))
+    assert node.check_plugin_paths(plugin(safe, text)).status is Status.OK
+
+
+def test_export_onto_the_kubelets_directory_fails(tmp_path: Path) -> None:
+    kubelet = tmp_path / "kubelet"
+    (kubelet / "pods").mkdir(parents=True)
+    text = (
+        f'[nri]\nsocket = "{tmp_path}/nri.sock"\n'
+        f'[state]\ndir = "{tmp_path}/state"\nkubelet_state_dir = "{kubelet}"\n'
+        f'[pod_resources]\nsocket = "{tmp_path}/state/pr.sock"\n'
+    )
+    check = node.check_plugin_paths(plugin(tmp_path, text))
+    assert check.status is Status.FAIL and "refuses to start at its next restart" in check.message
