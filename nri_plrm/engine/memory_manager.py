@@ -10,7 +10,8 @@ Determinism: the kubelet iterates the requested types as a Go map (random order)
 request is always iterated ``memory`` first, then hugepages sorted by name; block lists, hint
 maps and the type named in validation messages follow that order.
 
-Init-container reuse is kept in memory only, as in the kubelet (``initContainersReusableMemory``).
+Init-container reuse (the kubelet's ``initContainersReusableMemory``) is derived from the blocks:
+see :meth:`MemoryManager.reusable`.
 """
 
 from __future__ import annotations
@@ -182,7 +183,6 @@ class MemoryManager:
         self.machine_state: dict[int, NodeState] = self._default_machine_state()
         self._entries: dict[str, dict[str, list[_Block]]] = {}
         self._pod_entries: dict[str, list[_Block]] = {}
-        self._reusable: dict[str, dict[int, dict[str, int]]] = {}
         self._shared: dict[str, set[str]] = {}
         """Containers of pod-level pods that sit on the pod shared pool (incremental mode)."""
         self._numa_ids = topology.numa_ids
@@ -309,8 +309,33 @@ class MemoryManager:
 
     # hints ------------------------------------------------------------------------------------
 
-    def _reusable_for(self, pod_uid: str, mask: int, name: str) -> int:
-        return self._reusable.get(pod_uid, {}).get(mask, {}).get(name, 0)
+    def reusable(self, pod: PodSpec, name: str | None = None) -> dict[int, dict[str, int]]:
+        """Init-container memory the pod's next allocation may reuse, per NUMA mask and type:
+        what is left of the blocks of the pod's regular init containers listed before ``name``
+        (all of them when ``name`` is not an init container).
+
+        The kubelet keeps this in memory (``initContainersReusableMemory``: the largest init
+        block, less what later containers took, dropped whenever another pod allocates) and
+        shrinks the init blocks by exactly what a container reuses
+        (``updateInitContainersMemoryBlocks``), so both agree when a pod's containers are
+        allocated in spec order, as the kubelet does. Deriving it from the blocks keeps the
+        machine state equal to the sum of the blocks (what ``validateState`` checks) also when
+        NRI interleaves pods, when stopped containers had run side by side, and after a restore.
+        """
+        entries = self._entries.get(pod.uid)
+        out: dict[int, dict[str, int]] = {}
+        if not entries:
+            return out
+        for ic in pod.init_containers:
+            if ic.name == name:
+                break
+            if ic.kind is not ContainerKind.INIT:
+                continue
+            for b in entries.get(ic.name, ()):
+                if b.size:
+                    row = out.setdefault(mask_of(b.numa), {})
+                    row[b.type] = row.get(b.type, 0) + b.size
+        return out
 
     def _min_affinity(self, requests: Mapping[str, int]) -> int:
         """The narrowest width of any mask whose allocatable memory fits every requested type
@@ -350,11 +375,12 @@ class MemoryManager:
         return True
 
     def calculate_hints(
-        self, pod: PodSpec, requests: Mapping[str, int]
+        self, pod: PodSpec, requests: Mapping[str, int], container_name: str | None = None
     ) -> dict[str, list[TopologyHint]]:
         """``calculateHints``: every NUMA mask with enough allocatable, group-compatible and free
         memory for all requested types, in ``IterateBitMasks`` order; preferred = the narrowest
-        width any mask's allocatable memory could hold.
+        width any mask's allocatable memory could hold. Free memory counts what container
+        ``container_name`` may reuse (:meth:`reusable`).
 
         The group rules leave few masks to test: single nodes outside multi-NUMA groups, the
         existing groups, and sets of nodes without any assignment (where free equals
@@ -365,7 +391,7 @@ class MemoryManager:
         """
         ms = self.machine_state
         ids = self._numa_ids
-        reusable = self._reusable.get(pod.uid, {})
+        reusable = self.reusable(pod, container_name)
         min_affinity = self._min_affinity(requests)
         unused = [n for n in ids if ms[n].number_of_assignments == 0]
         no_reuse = not any(reusable.values())
@@ -450,7 +476,7 @@ class MemoryManager:
         blocks = self._entries.get(pod.uid, {}).get(container.name)
         if blocks is not None:
             return self._regenerate(blocks, requests)
-        return self.calculate_hints(pod, requests)
+        return self.calculate_hints(pod, requests, container.name)
 
     def get_pod_topology_hints(self, pod: PodSpec) -> HintMap | None:
         """Pod-scope hints from the pod's requests; ``{type: []}`` when a pod-level pod fails
@@ -548,12 +574,17 @@ class MemoryManager:
         return next(iter(hints.values()), [])
 
     def _choose_affinity(
-        self, pod: PodSpec, requests: Mapping[str, int], hint: TopologyHint | None
+        self,
+        pod: PodSpec,
+        requests: Mapping[str, int],
+        hint: TopologyHint | None,
+        container_name: str | None = None,
     ) -> int:
-        """Default hint, hint extension and the single/multi-NUMA rule of ``Allocate``."""
+        """Default hint, hint extension and the single/multi-NUMA rule of ``Allocate``
+        (``container_name``: the container being allocated, for :meth:`reusable`)."""
         best = hint if hint is not None else TopologyHint(None, False)
         if best.numa_affinity is None:
-            hints = self.calculate_hints(pod, requests)
+            hints = self.calculate_hints(pod, requests, container_name)
             if not hints:
                 raise unexpected(
                     "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes "
@@ -569,7 +600,7 @@ class MemoryManager:
         ):
             candidates = [
                 h
-                for h in self._main_hints(self.calculate_hints(pod, requests))
+                for h in self._main_hints(self.calculate_hints(pod, requests, container_name))
                 if h.numa_affinity is not None and mask & h.numa_affinity == mask
             ]
             if not candidates:
@@ -598,42 +629,17 @@ class MemoryManager:
         requests = self.container_requests(pod, container)
         if not requests:
             return
-        existing = self._entries.get(pod.uid, {}).get(container.name)
-        if existing is not None:
-            self._update_reusable(pod, container, existing)
+        if container.name in self._entries.get(pod.uid, {}):
             return
-        mask = self._choose_affinity(pod, requests, hint)
+        mask = self._choose_affinity(pod, requests, hint, container.name)
         numa = bits(mask)
+        reusable = self.reusable(pod, container.name).get(mask, {})
         blocks: list[_Block] = []
         for name, size in requests.items():
             blocks.append(_Block(numa, name, size))
-            reusable = self._reusable_for(pod.uid, mask, name)
-            self._charge(numa, name, 0 if reusable >= size else size - reusable)
-        self._update_reusable(pod, container, blocks)
+            self._charge(numa, name, size - min(size, reusable.get(name, 0)))
         self._entries.setdefault(pod.uid, {})[container.name] = blocks
         self._shrink_init_blocks(pod, container, blocks)
-
-    def _update_reusable(
-        self, pod: PodSpec, container: ContainerSpec, blocks: list[_Block]
-    ) -> None:
-        for uid in [u for u in self._reusable if u != pod.uid]:
-            del self._reusable[uid]
-        spec = pod.container(container.name)
-        regular_init = spec is not None and spec.kind is ContainerKind.INIT
-        if regular_init:
-            by_mask = self._reusable.setdefault(pod.uid, {})
-            for b in blocks:
-                row = by_mask.setdefault(mask_of(b.numa), {})
-                if b.size > row.get(b.type, 0):
-                    row[b.type] = b.size
-            return
-        for b in blocks:
-            mask = mask_of(b.numa)
-            reusable = self._reusable_for(pod.uid, mask, b.type)
-            if reusable:
-                self._reusable[pod.uid][mask][b.type] = (
-                    0 if b.size >= reusable else reusable - b.size
-                )
 
     def _shrink_init_blocks(
         self, pod: PodSpec, container: ContainerSpec, blocks: list[_Block]
@@ -822,7 +828,6 @@ class MemoryManager:
         self._forget(pod_uid)
 
     def _forget(self, pod_uid: str) -> None:
-        self._reusable.pop(pod_uid, None)
         self._shared.pop(pod_uid, None)
 
     # queries ----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from cpu_pods import container
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from seed_pods import GI, pod_scope_mixed, seed_config, seed_topology
 
@@ -253,6 +253,89 @@ def test_allocate_pod_shapes_whole_equals_incremental(name: str, policy: str) ->
     assert inc.verify() == [] and whole.verify() == []
 
 
+# --- stopped containers' memory: the kubelet's init-container reuse ----------------------------
+
+
+def _gib(size: int) -> dict[str, int]:
+    return {"cpu": 1000, "memory": size * GI}
+
+
+def _sized(name: str, size: int, kind: ContainerKind = ContainerKind.APP) -> ContainerSpec:
+    return ContainerSpec(name, kind, _gib(size), _gib(size))
+
+
+def _reserved_gib(e: Engine) -> int:
+    return (
+        sum(s.memory_map["memory"].reserved for s in e.memory_manager.machine_state.values()) // GI
+    )
+
+
+def _block_gib(e: Engine, uid: str, name: str) -> int:
+    blocks = e.memory_manager.container_blocks(uid, name)
+    assert blocks is not None
+    return sum(b.size for b in blocks) // GI
+
+
+def _restored(e: Engine, scope: str) -> Engine:
+    data = json.loads(json.dumps(e.snapshot()))
+    return Engine.restore(seed_topology(), seed_config("best-effort", scope), data)
+
+
+@pytest.mark.parametrize("scope", ["container", "pod"])
+def test_exited_containers_memory_is_reused_as_the_kubelet_reuses_init_memory(scope: str) -> None:
+    """What an exited container held is reusable by its pod's next container, and the machine
+    state stays the sum of the blocks (the kubelet's validateState) when another pod allocates
+    in between, when the exited containers had run side by side, and across a restore. The
+    end state equals the kubelet's for the pod with the exited containers as init containers."""
+    # another pod allocates between the stop and the next container of the same pod
+    e = Engine(seed_topology(), seed_config("best-effort", scope))
+    p1 = PodSpec(uid="p1")
+    e.add_container(p1, _sized("c2", 1))
+    e.stop_container("p1", "c2")
+    e.add_container(PodSpec(uid="p0"), _sized("c0", 1))
+    e.add_container(p1, _sized("c0", 1))
+    assert (_block_gib(e, "p1", "c2"), _block_gib(e, "p1", "c0"), _reserved_gib(e)) == (0, 1, 2)
+    assert e.verify() == [] and _restored(e, scope).verify() == []
+    for uid in e.pods():
+        e.remove_pod(uid)
+    assert _reserved_gib(e) == 0
+
+    # two containers exited after running side by side; the next one needs both
+    inc = Engine(seed_topology(), seed_config("best-effort", scope))
+    pod = PodSpec(uid="p")
+    for name in ("a", "b"):
+        inc.add_container(pod, _sized(name, 1))
+    for name in ("a", "b"):
+        inc.stop_container("p", name)
+    inc.add_container(pod, _sized("c", 2))
+    whole = Engine(seed_topology(), seed_config("best-effort", scope))
+    whole.admit_pod(
+        PodSpec(
+            uid="p",
+            init_containers=(
+                _sized("a", 1, ContainerKind.INIT),
+                _sized("b", 1, ContainerKind.INIT),
+            ),
+            containers=(_sized("c", 2),),
+        )
+    )
+    for e in (inc, whole):
+        assert [_block_gib(e, "p", n) for n in "abc"] == [0, 0, 2] and _reserved_gib(e) == 2
+        assert e.verify() == []
+    assert inc.memory_manager.machine_state == whole.memory_manager.machine_state
+
+    # the plugin restarts between the stop and the next container
+    e = Engine(seed_topology(), seed_config("best-effort", scope))
+    e.add_container(pod, _sized("a", 1))
+    e.stop_container("p", "a")
+    e = _restored(e, scope)
+    e.add_container(pod, _sized("c", 1))
+    assert (_block_gib(e, "p", "a"), _block_gib(e, "p", "c"), _reserved_gib(e)) == (0, 1, 1)
+    assert e.verify() == [] and _restored(e, scope).verify() == []
+    e.remove_pod("p")
+    assert _reserved_gib(e) == 0
+
+
 # --- snapshot / restore ------------------------------------------------------------------------
 
 
@@ -309,6 +392,12 @@ op_st = st.tuples(
     scope=st.sampled_from(["pod", "container"]),
     pod_level=st.lists(st.booleans(), min_size=4, max_size=4),
 )
+# a stopped container's memory reused by its pod after another pod allocated in between
+@example(
+    ops=[("add", 1, 2, 1), ("stop", 1, 2, 0), ("add", 0, 0, 1), ("add", 1, 0, 1)],
+    scope="pod",
+    pod_level=[False] * 4,
+)
 def test_random_operations_keep_invariants(
     ops: list[tuple[str, int, int, int]], scope: str, pod_level: list[bool]
 ) -> None:
@@ -336,6 +425,9 @@ def test_random_operations_keep_invariants(
         except AdmissionError:
             pass
         assert e.verify() == []
+    config = seed_config("best-effort", scope)
+    back = Engine.restore(seed_topology(), config, json.loads(json.dumps(e.snapshot())))
+    assert back.snapshot() == e.snapshot() and back.verify() == []
     for uid in e.pods():
         e.remove_pod(uid)
     assert e.node_shared_pool() == CPUSet.from_range(0, 63)
