@@ -447,6 +447,8 @@ class Engine:
         assignment = self._assignment_of(uid, name)
         if assignment.assignment is AssignmentType.NODE_SHARED:
             self._node_shared.add((uid, name))
+        else:  # a restarted container may come back with exclusive resources
+            self._node_shared.discard((uid, name))
         changes = self._changes_since(before, skip=uid)
         for other, old in pool_before.items():
             if other != name and other in record.shared:

@@ -398,6 +398,12 @@ op_st = st.tuples(
     scope="pod",
     pod_level=[False] * 4,
 )
+# a node-shared container that exited comes back with exclusive resources
+@example(
+    ops=[("add", 0, 1, 0), ("stop", 0, 1, 0), ("add", 0, 1, 1)],
+    scope="container",
+    pod_level=[True, False, False, False],
+)
 def test_random_operations_keep_invariants(
     ops: list[tuple[str, int, int, int]], scope: str, pod_level: list[bool]
 ) -> None:
