@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from google.protobuf.message import Message as PbMessage
 from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -18,15 +19,31 @@ from nri_plrm.ttrpc.codec import TYPE_REQUEST, Message, MuxDecoder
 _REPO = Path(__file__).resolve().parents[3]
 
 
-def capture_dir() -> Path:
-    """The capture root: ``$NRI_CAPTURE_DIR`` or ``<repo>/../shared/testdata/nri-capture``."""
+def capture_root() -> Path:
+    """Where the capture is looked for: ``$NRI_CAPTURE_DIR`` or
+    ``<repo>/../shared/testdata/nri-capture``."""
     env = os.environ.get("NRI_CAPTURE_DIR")
-    root = Path(env) if env else _REPO.parent / "shared" / "testdata" / "nri-capture"
-    if not (root / "golden" / "index.jsonl").is_file():
-        raise FileNotFoundError(
-            f"NRI capture directory {root} has no golden/index.jsonl; set NRI_CAPTURE_DIR"
-        )
-    return root
+    return Path(env) if env else _REPO.parent / "shared" / "testdata" / "nri-capture"
+
+
+def capture_available() -> bool:
+    """True when :func:`capture_root` holds a capture (its ``golden/index.jsonl``)."""
+    return (capture_root() / "golden" / "index.jsonl").is_file()
+
+
+def missing_capture_reason() -> str:
+    """The one-line skip reason of the replay tests when the capture is absent."""
+    return (
+        f"recorded containerd NRI traffic not found at {capture_root()}: "
+        "set NRI_CAPTURE_DIR to the nri-capture directory to run the replay tests"
+    )
+
+
+def capture_dir() -> Path:
+    """The capture root; skips the calling test (or module, at import) when it is absent."""
+    if not capture_available():
+        pytest.skip(missing_capture_reason(), allow_module_level=True)
+    return capture_root()
 
 
 def capture_folders() -> list[str]:
