@@ -94,3 +94,15 @@ def format_bytes(n: int) -> str:
         if n and n % unit == 0:
             return f"{n // unit}{suffix}"
     return str(n)
+
+
+def format_bytes_human(n: int) -> str:
+    """Bytes for a reader, in the largest binary unit they reach, to one decimal when inexact
+    (``9087168512`` -> ``8.5Gi``; exact values as :func:`format_bytes`: ``4Gi``, ``512Mi``)."""
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = int(_SUFFIXES[suffix])
+        if abs(n) >= unit:
+            if n % unit == 0:
+                return f"{n // unit}{suffix}"
+            return f"{n / unit:.1f}{suffix}"
+    return str(n)
