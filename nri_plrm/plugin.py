@@ -31,6 +31,7 @@ from nri_plrm.checkpoint.kubelet import (
 )
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.explain import explain_rejection, rejection_text
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import (
     AdmissionError,
@@ -662,9 +663,10 @@ class Plugin:
             record = _Pod(intent=intent, sandbox_id=pod.id, spec=spec)
             if self.metrics is not None:
                 self.metrics.plugin_admission_rejected(err.reason)
-            self._decision_log(record, "", None, f"rejected {err.reason}: {err.message}")
-            self._event(record, err)
-            raise NRIError(f"{err.reason}: {err.message}") from err
+            why = rejection_text(err, explain_rejection(self.engine, spec or intent.spec, err))
+            self._decision_log(record, "", None, f"rejected {err.reason}: {why}")
+            self._event(record, err, why)
+            raise NRIError(f"{err.reason}: {why}") from err
         carry = self._with_node_pool(before, {})
         op: Op = {"op": "admit", "uid": uid, "sandbox": pod.id, "intent": intent_to_dict(intent)}
         op["spec"] = None if spec is None else spec_to_dict(spec)
@@ -845,11 +847,12 @@ class Plugin:
             return None
         return await source.lookup(uid, namespace, name, self.lookup_timeout)
 
-    def _event(self, record: _Pod, err: AdmissionError) -> None:
-        """Post the kubelet's rejection as a Warning Event on the pod (never blocks)."""
+    def _event(self, record: _Pod, err: AdmissionError, message: str) -> None:
+        """Post the kubelet's rejection reason with ``message`` (the kubelet's message and the
+        cause) as a Warning Event on the pod (never blocks)."""
         if self.events is not None:
             spec = record.intent.spec
-            self.events.record(spec.uid, spec.namespace, spec.name, err.reason, err.message)
+            self.events.record(spec.uid, spec.namespace, spec.name, err.reason, message)
 
     def _place(
         self, record: _Pod, container: api.Container
@@ -866,10 +869,14 @@ class Plugin:
             reason = err.reason if isinstance(err, AdmissionError) else "InvalidResources"
             if self.metrics is not None:
                 self.metrics.plugin_allocation_error(reason)
-            self._decision_log(record, name, None, f"rejected {reason}: {err}")
+            why = str(err)
             if isinstance(err, AdmissionError):
-                self._event(record, err)
-            raise NRIError(f"pod {record.label()} container {name}: {reason}: {err}") from err
+                cause = explain_rejection(self.engine, record.pod_spec, err, cspec)
+                why = rejection_text(err, cause)
+            self._decision_log(record, name, None, f"rejected {reason}: {why}")
+            if isinstance(err, AdmissionError):
+                self._event(record, err, why)
+            raise NRIError(f"pod {record.label()} container {name}: {reason}: {why}") from err
         changes = self._with_node_pool(before, found)
         self._commit(
             {

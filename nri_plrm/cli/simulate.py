@@ -46,7 +46,8 @@ from nri_plrm.engine.availability import (
     free_per_numa_to_dict,
 )
 from nri_plrm.engine.facade import Engine, EngineConfig
-from nri_plrm.engine.spec import AdmissionError, ContainerKind, PodSpec
+from nri_plrm.engine.explain import explain_rejection
+from nri_plrm.engine.spec import AdmissionError, ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
@@ -93,6 +94,8 @@ class SimulatedPod:
     admitted: bool
     reason: str = ""
     message: str = ""
+    explanation: str = ""
+    """Why a rejected pod was rejected, in operator terms (``nri_plrm.engine.explain``)."""
     cpu_ids: CPUSet = field(default_factory=CPUSet)
     """Pod-level exclusive CPUs as PodResources reports them (pod scope, pod-level pods)."""
     memory: tuple[tuple[str, int, tuple[int, ...]], ...] = ()
@@ -129,6 +132,7 @@ class SimulationResult:
                     "admitted": p.admitted,
                     "reason": p.reason,
                     "message": p.message,
+                    "explanation": p.explanation,
                     "cpu_ids": p.cpu_ids.sorted(),
                     "memory": [
                         {"memory_type": t, "size": size, "numa": list(numa)}
@@ -167,6 +171,8 @@ class SimulationResult:
             if not p.admitted:
                 rows.append((label, "-", "-", "REJECTED", "-", "-", "-"))
                 notes.append(f"{label}: rejected: {p.reason}: {p.message}")
+                if p.explanation:
+                    notes.append(f"  cause: {p.explanation}")
                 continue
             if p.reason:
                 notes.append(f"{label}: {p.reason}: {p.message}")
@@ -295,7 +301,7 @@ async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> S
     plugin = Plugin(engine, pod_specs=StaticPodSpecSource(pods))
     plugin.attach(runtime.update_containers)
     page_sizes = machine_page_sizes(topology.memory_resources)
-    outcomes: list[tuple[PodSpec, str, str, bool]] = []
+    outcomes: list[tuple[PodSpec, str, str, str, bool]] = []
     created: dict[str, list[tuple[str, str, ContainerKind]]] = {}
     clock = 0
     for pod in pods:
@@ -303,10 +309,10 @@ async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> S
         try:
             await plugin.run_pod_sandbox(sandbox)
         except NRIError as exc:
-            reason, message = _explain(exc)
-            outcomes.append((pod, reason, message, False))
+            reason, message = _reason(exc)
+            outcomes.append((pod, reason, message, _cause(engine, pod, exc), False))
             continue
-        reason = message = ""
+        reason = message = explanation = ""
         admitted = True
         names: list[tuple[str, str, ContainerKind]] = []
         for spec in creation_order(pod):
@@ -315,7 +321,8 @@ async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> S
             try:
                 adjust, updates = await plugin.create_container(sandbox, msg)
             except NRIError as exc:
-                reason, message = _explain(exc)
+                reason, message = _reason(exc)
+                explanation = _cause(engine, pod, exc, spec)
                 if isinstance(exc.__cause__, AdmissionError):
                     admitted = False
                     plugin.remove_pod_sandbox(sandbox)
@@ -333,16 +340,18 @@ async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> S
                 ctr.msg.state = api.CONTAINER_STOPPED
                 runtime.apply_updates(plugin.stop_container(sandbox, ctr.msg))
         await plugin.drain()
-        outcomes.append((pod, reason, message, admitted))
+        outcomes.append((pod, reason, message, explanation, admitted))
         if admitted:
             created[pod.uid] = names
     await plugin.drain()
     views = {view.uid: view for view in plugin.pods()}
     results: list[SimulatedPod] = []
-    for pod, reason, message, admitted in outcomes:
+    for pod, reason, message, explanation, admitted in outcomes:
         view = views.get(pod.uid)
         if not admitted or view is None:
-            results.append(SimulatedPod(pod.namespace, pod.name, pod.uid, False, reason, message))
+            results.append(
+                SimulatedPod(pod.namespace, pod.name, pod.uid, False, reason, message, explanation)
+            )
             continue
         kinds = {c.name: c for c in view.containers}
         containers = []
@@ -373,6 +382,7 @@ async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> S
                 True,
                 reason,
                 message,
+                explanation,
                 cpu_ids=view.cpus,
                 memory=tuple((b.resource, b.size, b.numa_nodes) for b in view.memory),
                 containers=tuple(containers),
@@ -388,11 +398,21 @@ async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> S
     )
 
 
-def _explain(exc: NRIError) -> tuple[str, str]:
+def _reason(exc: NRIError) -> tuple[str, str]:
     cause = exc.__cause__
     if isinstance(cause, AdmissionError):
         return cause.reason, cause.message
     return "NRIError", str(exc)
+
+
+def _cause(
+    engine: Engine, pod: PodSpec, exc: NRIError, container: ContainerSpec | None = None
+) -> str:
+    """The operator-terms cause of an admission rejection ("" for other runtime errors)."""
+    cause = exc.__cause__
+    if isinstance(cause, AdmissionError):
+        return explain_rejection(engine, pod, cause, container)
+    return ""
 
 
 def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:

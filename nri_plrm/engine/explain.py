@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.engine import Engine
+from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.topology_manager import POLICY_NONE, SCOPE_POD
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     MEMORY,
     SMT_ALIGNMENT_ERROR,
     AdmissionError,
@@ -66,6 +66,11 @@ def explain_rejection(
         if found:
             return found
     return _fallback(facts, "pod", engine.cpu_manager.pod_guaranteed_cpus(pod), {})
+
+
+def rejection_text(error: AdmissionError, cause: str) -> str:
+    """The kubelet's message followed by the cause, as logs, Events and NRI errors carry it."""
+    return f"{error.message}; cause: {cause}"
 
 
 # -- what the engine holds ---------------------------------------------------------------------

@@ -142,7 +142,10 @@ def test_empty_shared_pool_is_refused_at_sandbox_creation_with_an_event(tmp_path
         await w.events.drain()
         (event,) = w.kube.events
         assert event["reason"] == want.reason
-        assert event["message"] == want.message
+        assert event["message"] == (
+            f"{want.message}; cause: exclusive containers request 4 CPUs = pod budget 4 CPUs, "
+            "nothing left for the 1 shared container (logging-sidecar)"
+        )
         assert event["type"] == "Warning"
         assert event["involvedObject"]["uid"] == spec.uid
         assert event["involvedObject"]["name"] == "empty-shared-pool"
