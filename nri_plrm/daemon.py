@@ -24,7 +24,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nri_plrm import sdnotify
@@ -42,7 +42,7 @@ from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.liveness import Liveness
 from nri_plrm.metrics import Metrics, MetricsServer
-from nri_plrm.nri.stub import ENV_SOCKET, Stub
+from nri_plrm.nri.stub import ENV_SOCKET, RuntimeUnreachable, Stub
 from nri_plrm.plugin import Plugin
 from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
@@ -81,14 +81,34 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(doc, default=str)
 
 
+TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"
+TIMESTAMPED_TEXT_FORMAT = "%(asctime)s.%(msecs)03d " + TEXT_FORMAT
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
+def stderr_is_journal(environ: Mapping[str, str] | None = None) -> bool:
+    """True when stderr is systemd's journal stream (``$JOURNAL_STREAM`` names its device and
+    inode), which stamps every line itself."""
+    value = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
+    device, _, inode = value.partition(":")
+    try:
+        st = os.fstat(sys.stderr.fileno())
+        return (st.st_dev, st.st_ino) == (int(device), int(inode))
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
 def setup_logging(level: str, fmt: str) -> None:
-    """Configure the root logger: ``text`` (journald-friendly, no timestamp) or ``json``."""
+    """Configure the root logger: ``text`` or ``json``. Text lines carry a timestamp, except
+    under systemd where the journal stamps them."""
     root = logging.getLogger()
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JSONFormatter())
+    elif stderr_is_journal():
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     else:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(logging.Formatter(TIMESTAMPED_TEXT_FORMAT, TIMESTAMP_FORMAT))
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
@@ -177,7 +197,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     podresources: PodResourcesServer | None = None
     try:
         if config.metrics.address:
-            http = MetricsServer(metrics, config.metrics.address, liveness.health)
+            http = _metrics_server(metrics, config.metrics.address, liveness.health)
             http.start()
         if config.pod_resources.enabled:
             podresources = PodResourcesServer.from_settings(
@@ -275,8 +295,16 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     hotplug_start = loop.create_task(watch_hotplug())
     if kube is not None:
         kube.start()
+    exit_code = EXIT_OK
     try:
         await stub.run()
+    except RuntimeUnreachable as exc:
+        log.error(
+            "not starting: %s; is NRI enabled in containerd and is [nri] socket its path? "
+            "([nri] reconnect = false: the plugin does not wait for the socket)",
+            exc,
+        )
+        exit_code = EXIT_FAILURE
     finally:
         if kube is not None:
             await kube.stop()
@@ -295,7 +323,20 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         if http is not None:
             http.stop()
     log.info("stopped")
-    return EXIT_OK
+    return exit_code
+
+
+def _metrics_server(
+    metrics: Metrics, address: str, health: Callable[[], tuple[bool, str]]
+) -> MetricsServer:
+    """The metrics endpoint bound to ``address``; an OSError names the address and its key."""
+    try:
+        return MetricsServer(metrics, address, health)
+    except OSError as exc:
+        raise OSError(
+            f"[metrics] address {address}: cannot listen: {exc.strerror or exc} (another "
+            "process holds it, maybe another nri-plrm; change [metrics] address or stop it)"
+        ) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:

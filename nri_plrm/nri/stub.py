@@ -52,6 +52,12 @@ RECONNECT_LOG_EVERY = 120
 """While the runtime stays unreachable, one warning per this many failed attempts."""
 
 
+class RuntimeUnreachable(OSError):
+    """The runtime's NRI socket cannot be connected to and the stub does not reconnect
+    (``reconnect=False``, or a socket inherited from the runtime). The message names the
+    socket and the system error."""
+
+
 class NRIError(Exception):
     """Raised by a handler to fail that one request; the message goes to the runtime."""
 
@@ -241,7 +247,11 @@ class Stub:
                 channel = await self._open()
             except OSError as exc:
                 if self._socket_fd is not None or not self.reconnect:
-                    raise
+                    where = f"fd {self._socket_fd}" if self._socket_fd is not None else None
+                    raise RuntimeUnreachable(
+                        f"cannot connect to the NRI socket {where or self.socket_path}: "
+                        f"{exc.strerror or exc}"
+                    ) from exc
                 level = logging.WARNING if failures % RECONNECT_LOG_EVERY == 0 else logging.DEBUG
                 failures += 1
                 log.log(

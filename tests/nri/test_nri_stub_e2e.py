@@ -16,7 +16,7 @@ from nrisim import NRISimulator, request
 from nrisim.capture import capture_available, missing_capture_reason
 
 from nri_plrm.nri import events as ev
-from nri_plrm.nri.stub import NRIError, Stub
+from nri_plrm.nri.stub import NRIError, RuntimeUnreachable, Stub
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.ttrpc.messages import Code, TtrpcError
 from nri_plrm.ttrpc.transport import ChannelClosed, connect_unix
@@ -618,8 +618,12 @@ def test_stub_waits_for_the_socket_to_appear(sock_path: str) -> None:
 
 def test_without_reconnect_a_missing_socket_is_an_error(sock_path: str) -> None:
     stub = make_stub(Plugin(), sock_path, reconnect=False)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(RuntimeUnreachable) as err:
         run(stub.run)
+    assert (
+        str(err.value) == f"cannot connect to the NRI socket {sock_path}: No such file or directory"
+    )
+    assert isinstance(err.value.__cause__, FileNotFoundError)
 
 
 def test_registration_rejected_is_not_fatal(sock_path: str) -> None:
