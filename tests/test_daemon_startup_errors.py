@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakesysfs import write_sysfs
 
 from nri_plrm import daemon
-from nri_plrm.topology.fakesysfs import write_sysfs
-from nri_plrm.topology.synthetic import load_topology
+from nri_plrm.topology.machines import load_topology
 
 REPO = Path(__file__).resolve().parents[1]
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3} [A-Z]+ nri_plrm")

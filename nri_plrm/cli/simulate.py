@@ -45,8 +45,8 @@ from nri_plrm.engine.availability import (
     free_per_numa,
     free_per_numa_to_dict,
 )
-from nri_plrm.engine.facade import Engine, EngineConfig
 from nri_plrm.engine.explain import explain_rejection
+from nri_plrm.engine.facade import Engine, EngineConfig
 from nri_plrm.engine.spec import AdmissionError, ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin

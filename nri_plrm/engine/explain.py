@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
-from nri_plrm.engine.topology_manager import POLICY_NONE, SCOPE_POD
 from nri_plrm.engine.spec import (
     MEMORY,
     SMT_ALIGNMENT_ERROR,
@@ -28,6 +27,7 @@ from nri_plrm.engine.spec import (
     ContainerSpec,
     PodSpec,
 )
+from nri_plrm.engine.topology_manager import POLICY_NONE, SCOPE_POD
 from nri_plrm.quantity import format_bytes_human
 
 POLICY_SINGLE_NUMA_NODE = "single-numa-node"

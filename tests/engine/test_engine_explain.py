@@ -9,11 +9,10 @@ import pytest
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_manager import CPUManagerConfig
-from nri_plrm.engine.engine import Engine, EngineConfig
 from nri_plrm.engine.explain import explain_rejection
+from nri_plrm.engine.facade import Engine, EngineConfig
 from nri_plrm.engine.memory_manager import MemoryManagerConfig
-from nri_plrm.engine.topology_manager import TopologyManagerConfig
-from nri_plrm.engine.types import (
+from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     SMT_ALIGNMENT_ERROR,
     TOPOLOGY_AFFINITY_ERROR,
@@ -23,8 +22,10 @@ from nri_plrm.engine.types import (
     ContainerSpec,
     PodSpec,
 )
-from nri_plrm.manifest import load_manifests
-from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_topology
+from nri_plrm.engine.topology_manager import TopologyManagerConfig
+from nri_plrm.topology.machines import load_topology
+from nri_plrm.topology.synthetic import DEFAULT_SPEC
+from nri_plrm.translate.manifest_to_pod import load_manifests
 
 ROOT = Path(__file__).resolve().parents[2]
 GI = 1 << 30

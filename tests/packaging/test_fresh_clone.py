@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ["tests/wire/test_wire_capture.py", "tests/simulate/test_kubelet_translation.py"]
+MODULES = ["tests/nri/test_nri_capture.py", "tests/translate/test_pod_to_cri.py"]
 
 
 def _pytest(capture_dir: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -38,7 +38,7 @@ def test_missing_capture_skips_replay_tests_with_one_line(tmp_path: Path) -> Non
 
 def test_translation_tests_without_recordings_still_run(tmp_path: Path) -> None:
     proc = _pytest(
-        str(tmp_path), "tests/simulate/test_kubelet_translation.py", "-k", "formulas or page_sizes"
+        str(tmp_path), "tests/translate/test_pod_to_cri.py", "-k", "formulas or page_sizes"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "NRI_CAPTURE_DIR" not in proc.stdout  # nothing was skipped

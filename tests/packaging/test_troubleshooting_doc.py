@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from nri_plrm.cli.simulate import simulate
 from nri_plrm.daemon import TEXT_FORMAT
 from nri_plrm.nri.stub import Stub
-from nri_plrm.simulate import simulate
-from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_topology
+from nri_plrm.topology.machines import load_topology
+from nri_plrm.topology.synthetic import DEFAULT_SPEC
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = (REPO / "docs" / "troubleshooting.md").read_text()
