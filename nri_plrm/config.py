@@ -95,6 +95,11 @@ class ConfigError(Exception):
         super().__init__("\n".join(errors))
         self.errors = errors
 
+    def located(self, path: str) -> list[str]:
+        """Each error as ``path: error``; errors about the file itself already start with it."""
+        prefix = f"{path}: "
+        return [e if e.startswith(prefix) else prefix + e for e in self.errors]
+
 
 @dataclass(frozen=True)
 class NRISettings:

@@ -347,8 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        for line in exc.errors:
-            print(f"{args.config}: {line}", file=sys.stderr)
+        for line in exc.located(args.config):
+            print(line, file=sys.stderr)
         return EXIT_CONFIG
     except OSError as exc:
         print(f"{args.config}: {exc}", file=sys.stderr)

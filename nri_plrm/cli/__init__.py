@@ -1,26 +1,36 @@
 """``nri-plrm``: the operator command line (run, simulate, state, topology, check-config, version).
 
 Exit codes: 0 success, 1 a runtime failure (e.g. the state cannot be read), 2 bad input (an
-invalid configuration, manifest, topology spec or option). Configuration errors are listed one
-per line as ``FILE: key.path: value: rule``.
+invalid configuration, manifest, topology spec or option; also no command at all: the help goes
+to stderr), 3 ``simulate --fail-on-reject`` with a rejected pod. Configuration errors are
+listed one per line as ``FILE: key.path: value: rule``. ``--version`` prints the version.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from nri_plrm import __version__
 from nri_plrm.cli import doctor
 from nri_plrm.cli.check_config import cmd_check_config
-from nri_plrm.cli.inputs import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, UsageError
+from nri_plrm.cli.inputs import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_REJECTED,
+    EXIT_USAGE,
+    CommandError,
+    UsageError,
+)
 from nri_plrm.cli.run import cmd_run
-from nri_plrm.cli.simulate import cmd_simulate
+from nri_plrm.cli.simulate import DEFAULT_MEMORY_PER_NUMA, cmd_simulate
 from nri_plrm.cli.state import cmd_state
 from nri_plrm.cli.topology import cmd_topology
 from nri_plrm.config import DEFAULT_PATH
+from nri_plrm.topology.machines import MACHINES
 
 PROG = "nri-plrm"
 
@@ -42,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
             f"{PROG} run --config /etc/nri-plrm/config.toml",
         ),
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
 
     run = sub.add_parser(
         "run",
@@ -62,9 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate",
         help="dry-run pod manifests through the plugin on a synthetic or recorded machine",
         description=(
-            "Admit Kubernetes Pod manifests (YAML or JSON, several per file, kind: List) in the "
-            "order given, through the same code path as the daemon, against an in-memory "
-            "runtime. Rejections are results: the exit code is 0 when the simulation ran."
+            "Admit Kubernetes Pod manifests (YAML or JSON, several per file, kind: List; - reads "
+            "standard input) in the order given, through the same code path as the daemon, "
+            "against an in-memory runtime. Rejections are results, with the kubelet's reason "
+            "and message and the cause: the exit code is 0 when the simulation ran, or 3 with "
+            "--fail-on-reject when a pod was rejected. Without --config the built-in defaults "
+            "apply (CPU 0 and 512Mi of NUMA node 0 reserved); a named machine without memory "
+            f"is simulated with {DEFAULT_MEMORY_PER_NUMA} per NUMA node."
         ),
         formatter_class=formatter,
         epilog=_examples(
@@ -75,12 +89,23 @@ def build_parser() -> argparse.ArgumentParser:
             "memory_per_numa=8Gi pods.yaml",
             f"{PROG} simulate --topology machine.json pods.yaml",
             f"{PROG} simulate --sysfs /tmp/sysfs-snapshot pods.yaml",
+            f"{PROG} simulate --topology topoDualSocketHT --fail-on-reject pods.yaml",
+            "",
+            "machines for --topology (besides a key=value spec or a CPU-table JSON file):",
+            *textwrap.wrap(", ".join(MACHINES), 90),
         ),
     )
     _config_option(sim)
     _topology_options(sim, "default: the bundled 2-socket, 4-NUMA, 32-core SMT2 machine")
     _output_option(sim)
-    sim.add_argument("manifests", nargs="+", metavar="MANIFEST", help="pod manifest files")
+    sim.add_argument(
+        "--fail-on-reject",
+        action="store_true",
+        help=f"exit {EXIT_REJECTED} when any pod is rejected (CI gates on whether pods fit)",
+    )
+    sim.add_argument(
+        "manifests", nargs="+", metavar="MANIFEST", help="pod manifest files (- for stdin)"
+    )
     sim.set_defaults(handler=cmd_simulate)
 
     state = sub.add_parser(
@@ -132,8 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
         "check-config",
         help="validate a configuration file and list every error",
         description=(
-            "Validate a TOML configuration. With --topology or --sysfs the machine-dependent "
-            "rules (reserved CPUs and memory exist) are checked too. Exit code 2 on errors."
+            "Validate a TOML configuration, and the machine-dependent rules (reserved CPUs and "
+            "memory exist) against this machine ([topology] sysfs_root), or against "
+            "--topology or --sysfs. When the machine cannot be read, the output says that "
+            "those rules were not checked. Exit code 2 on errors."
         ),
         formatter_class=formatter,
         epilog=_examples(
@@ -142,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     check.add_argument("file", metavar="FILE", help="TOML configuration file")
-    _topology_options(check, "optional: also check against this machine")
+    _topology_options(check, "default: this machine, from [topology] sysfs_root")
     check.set_defaults(handler=cmd_check_config)
 
     doctor.add_parser(sub, PROG)
@@ -167,7 +194,7 @@ def _topology_options(parser: argparse.ArgumentParser, default: str) -> None:
     group.add_argument(
         "--topology",
         metavar="SPEC",
-        help=f"a key=value machine spec or a CPU-table JSON file ({default})",
+        help=f"a key=value machine spec, a CPU-table JSON file or a machine name ({default})",
     )
     group.add_argument("--sysfs", metavar="DIR", help="discover the machine from this sysfs tree")
 
@@ -186,6 +213,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
     handler: Callable[[argparse.Namespace, TextIO], int] = args.handler
     try:
         return handler(args, stdout)

@@ -1,7 +1,8 @@
 """What the commands share: exit codes, the two error kinds, and the config and machine options.
 
 Exit codes: 0 success, 1 a runtime failure (e.g. the state cannot be read), 2 bad input (an
-invalid configuration, manifest, topology spec or option).
+invalid configuration, manifest, topology spec or option), 3 ``simulate --fail-on-reject``
+with a rejected pod.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from nri_plrm.topology.sysfs import discover
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_REJECTED = 3
+"""``simulate --fail-on-reject``: the simulation ran and at least one pod was rejected."""
 
 
 class UsageError(Exception):
@@ -38,7 +41,7 @@ def load(path: str | None) -> Config:
     try:
         return load_config(path)
     except ConfigError as exc:
-        raise UsageError(*(f"{path}: {e}" for e in exc.errors)) from exc
+        raise UsageError(*exc.located(path)) from exc
 
 
 def machine(args: argparse.Namespace, config: Config, default_spec: str | None) -> Topology:
@@ -47,17 +50,17 @@ def machine(args: argparse.Namespace, config: Config, default_spec: str | None) 
         if args.topology:
             return load_topology(args.topology)
         if args.sysfs:
-            return _discover(args.sysfs)
+            return _discover(args.sysfs, "--sysfs")
         if default_spec is not None:
             return load_topology(default_spec)
-        return _discover(config.topology.sysfs_root)
+        return _discover(config.topology.sysfs_root, "[topology] sysfs_root")
     except TopologyError as exc:
         raise UsageError(str(exc)) from exc
 
 
-def _discover(root: str) -> Topology:
+def _discover(root: str, origin: str) -> Topology:
     if not os.path.isdir(root):
-        raise UsageError(f"--sysfs {root}: not a directory")
+        raise UsageError(f"{origin} {root}: not a directory")
     try:
         return discover(root)
     except OSError as exc:

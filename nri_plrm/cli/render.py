@@ -21,3 +21,8 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
     ]
     return "\n".join(lines) + "\n"
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 socket``, ``2 sockets``, ``1 NUMA node``, ``2 threads``."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from nri_plrm.cli.inputs import EXIT_OK, UsageError, load, machine
-from nri_plrm.cli.render import emit_json, render_table
+from nri_plrm.cli.inputs import EXIT_OK, EXIT_REJECTED, UsageError, load, machine
+from nri_plrm.cli.render import count, emit_json, render_table
 from nri_plrm.config import Config, ConfigError, validate_for_topology
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.availability import (
@@ -47,14 +46,14 @@ from nri_plrm.engine.availability import (
 )
 from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Engine, EngineConfig
-from nri_plrm.engine.spec import AdmissionError, ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import MEMORY, AdmissionError, ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.quantity import format_bytes
+from nri_plrm.quantity import format_bytes, memory_bytes
 from nri_plrm.topology.model import Topology
-from nri_plrm.topology.synthetic import DEFAULT_SPEC, describe
+from nri_plrm.topology.synthetic import DEFAULT_SPEC, describe, with_memory
 from nri_plrm.translate.manifest_to_pod import ManifestError, load_manifests
 from nri_plrm.translate.pod_to_cri import (
     creation_order,
@@ -62,6 +61,10 @@ from nri_plrm.translate.pod_to_cri import (
     nri_container,
     nri_pod_sandbox,
 )
+
+DEFAULT_MEMORY_PER_NUMA = "16Gi"
+"""Memory given to each NUMA node of a machine that names none (the kubelet's test machines),
+as on the bundled default machine; the default config's reserved 512Mi then fits."""
 
 REJECTED_AT_CREATE = "CreateContainerError"
 """Reason shown when the runtime refused a container after the pod was admitted."""
@@ -157,10 +160,17 @@ class SimulationResult:
     def to_table(self) -> str:
         """A readable table: one line per container, rejections with reason and message."""
         topo = self.topology
+        machine_line = ", ".join(
+            count(int(topo.get(key, 0)), noun)
+            for key, noun in (
+                ("num_sockets", "socket"),
+                ("num_numa_nodes", "NUMA node"),
+                ("num_cores", "core"),
+                ("num_cpus", "CPU"),
+            )
+        )
         lines = [
-            f"machine: {topo.get('num_sockets')} sockets, {topo.get('num_numa_nodes')} NUMA nodes, "
-            f"{topo.get('num_cores')} cores, {topo.get('num_cpus')} CPUs; "
-            f"topology manager {self.policy}, scope {self.scope}",
+            f"machine: {machine_line}; topology manager {self.policy}, scope {self.scope}",
             "",
         ]
         header = ("POD", "CONTAINER", "KIND", "ASSIGNMENT", "CPUS", "MEMS", "QUOTA")
@@ -178,7 +188,8 @@ class SimulationResult:
                 notes.append(f"{label}: {p.reason}: {p.message}")
             if p.cpu_ids:
                 memory = ", ".join(
-                    f"{t} {format_bytes(size)} on NUMA {','.join(map(str, numa))}"
+                    ("" if t == MEMORY else f"{t} ")
+                    + f"{format_bytes(size)} on NUMA {','.join(map(str, numa))}"
                     for t, size, numa in p.memory
                 )
                 notes.append(
@@ -416,16 +427,20 @@ def _cause(
 
 
 def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
-    """``simulate MANIFEST...``."""
+    """``simulate MANIFEST...``: exit 0, or 3 with ``--fail-on-reject`` and a rejected pod."""
     config = load(args.config)
     topology = machine(args, config, DEFAULT_SPEC)
+    note = ""
+    if not any(node.memory for node in topology.numa_nodes.values()):
+        topology = with_memory(topology, {MEMORY: memory_bytes(DEFAULT_MEMORY_PER_NUMA)})
+        note = (
+            f"memory: the machine names none; simulated with {DEFAULT_MEMORY_PER_NUMA} per "
+            "NUMA node\n"
+        )
     try:
         validate_for_topology(config, topology)
     except ConfigError as exc:
-        raise UsageError(*(f"{args.config or '<defaults>'}: {e}" for e in exc.errors)) from exc
-    for path in args.manifests:
-        if not os.path.isfile(path):
-            raise UsageError(f"{path}: no such manifest file")
+        raise UsageError(*exc.located(args.config or "<defaults>")) from exc
     try:
         result = simulate(args.manifests, topology, config)
     except ManifestError as exc:
@@ -433,5 +448,8 @@ def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     if args.output == "json":
         emit_json(out, result.to_json())
     else:
-        out.write(result.to_table())
+        out.write(note + result.to_table())
+    rejected = [p for p in result.pods if not p.admitted]
+    if args.fail_on_reject and rejected:
+        return EXIT_REJECTED
     return EXIT_OK

@@ -22,7 +22,7 @@ from nri_plrm.checkpoint.store import (
     CheckpointStore,
 )
 from nri_plrm.cli.inputs import EXIT_OK, CommandError, load, machine
-from nri_plrm.cli.render import emit_json, render_table
+from nri_plrm.cli.render import count, emit_json, render_table
 from nri_plrm.config import Config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
@@ -98,14 +98,22 @@ def from_view(view: PodResourcesView, source: str, path: str) -> dict[str, Any]:
 
 def from_socket(path: str) -> dict[str, Any]:
     """A running plugin's (or kubelet's) PodResources endpoint as the ``state`` shape."""
-    client = PodResourcesClient(path, timeout=5.0)
+    check = (
+        "is the plugin running (systemctl status nri-plrm) with [pod_resources] enabled, "
+        "and is this its [pod_resources] socket?"
+    )
+    if not os.path.exists(path):
+        raise StateError(f"PodResources socket {path} does not exist: {check}")
+    client = PodResourcesClient(path, timeout=5.0, log_failures=False)
     try:
         listed = client.list()
-        allocatable = client.allocatable()
+        allocatable = client.allocatable() if listed is not None else None
     finally:
         client.close()
     if listed is None or allocatable is None:
-        raise StateError(f"{path}: PodResources List/GetAllocatableResources failed (see log)")
+        code, details = client.last_error or ("UNKNOWN", "no reply")
+        details = details.rsplit("error: ", 1)[-1]  # gRPC's innermost cause
+        raise StateError(f"PodResources socket {path} does not answer ({code}: {details}); {check}")
     return {
         "source": "socket",
         "path": path,
@@ -183,7 +191,11 @@ def table(data: dict[str, Any]) -> str:
             )
     head = f"source: {data['source']} {data['path']}\n"
     alloc = data["allocatable"]
-    tail = f"\nallocatable: cpus {_ids(alloc['cpu_ids'])}; memory {_mem_text(alloc['memory'])}\n"
+    cpus = alloc["cpu_ids"]
+    tail = (
+        f"\nallocatable: {count(len(cpus), 'CPU')} (ids {_ids(cpus)}); "
+        f"memory {_mem_text(alloc['memory'])}\n"
+    )
     body = render_table(
         ["POD", "CONTAINER", "ASSIGNMENT", "CPUS", "MEMS", "EXCLUSIVE CPUS", "MEMORY"], rows
     )

@@ -6,8 +6,8 @@ import argparse
 from typing import Any, TextIO
 
 from nri_plrm.cli.inputs import EXIT_OK, load, machine
-from nri_plrm.cli.render import emit_json, render_table
-from nri_plrm.quantity import format_bytes
+from nri_plrm.cli.render import count, emit_json, render_table
+from nri_plrm.quantity import format_bytes_human
 from nri_plrm.topology.synthetic import describe
 
 
@@ -26,12 +26,12 @@ def cmd_topology(args: argparse.Namespace, out: TextIO) -> int:
 def topology_table(data: dict[str, Any]) -> str:
     """The ``topology`` table from :func:`nri_plrm.topology.synthetic.describe` output."""
     head = (
-        f"{data['num_sockets']} sockets, {data['num_numa_nodes']} NUMA nodes, "
-        f"{data['num_cores']} cores, {data['num_cpus']} CPUs "
-        f"({data['threads_per_core']} threads per core), "
-        f"{data['num_uncore_caches']} L3 caches\n"
+        f"{count(data['num_sockets'], 'socket')}, {count(data['num_numa_nodes'], 'NUMA node')}, "
+        f"{count(data['num_cores'], 'core')}, {count(data['num_cpus'], 'CPU')} "
+        f"({count(data['threads_per_core'], 'thread')} per core), "
+        f"{count(data['num_uncore_caches'], 'L3 cache')}\n"
     )
-    totals = ", ".join(f"{k} {format_bytes(v)}" for k, v in data["memory_total"].items())
+    totals = ", ".join(f"{k} {format_bytes_human(v)}" for k, v in data["memory_total"].items())
     sockets = render_table(
         ["SOCKET", "CPUS", "CORES", "NUMA NODES"],
         [
@@ -49,7 +49,7 @@ def topology_table(data: dict[str, Any]) -> str:
                 n["cores"],
                 ",".join(map(str, n["sockets"])) or "-",
                 ",".join(map(str, n["uncore_caches"])) or "-",
-                " ".join(f"{k}={v}" for k, v in n["memory_quantity"].items()) or "-",
+                " ".join(f"{k}={format_bytes_human(v)}" for k, v in n["memory"].items()) or "-",
                 " ".join(f"{i}:{d}" for i, d in zip(ids, n["distances"], strict=True)),
             ]
             for n in data["numa_nodes"]

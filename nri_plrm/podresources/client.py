@@ -23,12 +23,18 @@ _M = TypeVar("_M", bound=Message)
 class PodResourcesClient:
     """Calls ``List``, ``Get`` and ``GetAllocatableResources`` on a PodResources socket.
 
-    Failures are logged and return None: a missing kubelet never breaks our own reply.
+    Failures return None and are logged (``log_failures``) and kept in :attr:`last_error`: a
+    missing kubelet never breaks our own reply.
     """
 
-    def __init__(self, socket_path: str, timeout: float = 1.0) -> None:
+    def __init__(
+        self, socket_path: str, timeout: float = 1.0, *, log_failures: bool = True
+    ) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
+        self.log_failures = log_failures
+        self.last_error: tuple[str, str] | None = None
+        """The status code name and details of the last failed call."""
         self._channel: grpc.Channel | None = None
         self._lock = threading.Lock()
 
@@ -48,13 +54,15 @@ class PodResourcesClient:
         try:
             result: _M = call(request, timeout=self.timeout)
         except grpc.RpcError as exc:
-            _log.warning(
-                "PodResources %s on %s failed: %s: %s",
-                method,
-                self.socket_path,
-                exc.code(),
-                exc.details(),
-            )
+            self.last_error = (str(exc.code().name), str(exc.details()))
+            if self.log_failures:
+                _log.warning(
+                    "PodResources %s on %s failed: %s: %s",
+                    method,
+                    self.socket_path,
+                    exc.code(),
+                    exc.details(),
+                )
             return None
         return result
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
@@ -69,10 +70,33 @@ class ManifestError(ValueError):
         self.value = value
         self.rule = rule
 
+    @classmethod
+    def about_file(cls, source: str, rule: str) -> ManifestError:
+        """A problem with the file as a whole: ``source: rule``."""
+        err = cls(source, None, "", None, rule)
+        err.args = (f"{source}: {rule}",)
+        return err
+
+
+class Described:
+    """A value shown by its description rather than its content (lists, whole documents)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
 
 def _show(value: Any) -> str:
+    if isinstance(value, Described):
+        return value.text
     text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+STDIN = "-"
+"""The manifest path that means standard input."""
+
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob")
+"""Kinds whose pods are a template: the hint names ``spec.template``."""
 
 
 def derived_uid(namespace: str, name: str) -> str:
@@ -80,17 +104,70 @@ def derived_uid(namespace: str, name: str) -> str:
     return str(uuid.uuid5(UID_NAMESPACE, f"{namespace}/{name}"))
 
 
-def load_manifests(paths: Iterable[str | Path]) -> list[PodSpec]:
-    """Every pod of every file, in order. Raises ManifestError (unreadable files included)."""
-    pods: list[PodSpec] = []
+def load_manifests(paths: Iterable[str | Path], stdin: TextIO | None = None) -> list[PodSpec]:
+    """Every pod of every file, in order; ``-`` reads ``stdin`` (default: the process's).
+
+    Raises ManifestError: a missing, unreadable or empty file, a directory, ``-`` given twice,
+    and pods whose namespace/name or uid repeats within or across files.
+    """
+    sources: list[tuple[str, str]] = []
     for path in paths:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ManifestError(
-                str(path), None, "(file)", str(path), f"cannot read: {exc}"
-            ) from exc
-        pods.extend(parse_manifests(text, str(path)))
+        name = str(path)
+        if name == STDIN:
+            if any(source == "<stdin>" for source, _ in sources):
+                raise ManifestError.about_file("<stdin>", "- given twice: stdin is read once")
+            sources.append(("<stdin>", (stdin or sys.stdin).read()))
+        else:
+            sources.append((name, _read(Path(path))))
+    return parse_sources(sources)
+
+
+def _read(path: Path) -> str:
+    if path.is_dir():
+        raise ManifestError.about_file(
+            str(path), f"is a directory, not a manifest file (give its files: {path}/*.yaml)"
+        )
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ManifestError.about_file(str(path), "no such manifest file") from exc
+    except OSError as exc:
+        raise ManifestError.about_file(str(path), f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ManifestError.about_file(str(path), f"not UTF-8 text: {exc.reason}") from exc
+
+
+def parse_sources(sources: Iterable[tuple[str, str]]) -> list[PodSpec]:
+    """The pods of several (source name, text) manifests, in order; a source without a pod,
+    and a namespace/name or uid that repeats in another source, raise ManifestError."""
+    pods: list[PodSpec] = []
+    names: dict[tuple[str, str], str] = {}
+    uids: dict[str, str] = {}
+    for source, text in sources:
+        found = parse_manifests(text, source)
+        if not found:
+            raise ManifestError.about_file(source, "no Pod in it (empty, or only comments)")
+        for pod in found:
+            key = (pod.namespace, pod.name)
+            if key in names:
+                raise ManifestError(
+                    source,
+                    None,
+                    "metadata.name",
+                    pod.name,
+                    f"duplicate pod {pod.namespace}/{pod.name} (first in {names[key]}): every "
+                    "pod of one simulation needs its own namespace/name",
+                )
+            if pod.uid in uids:
+                raise ManifestError(
+                    source,
+                    None,
+                    "metadata.uid",
+                    pod.uid,
+                    f"duplicate uid (first in {uids[pod.uid]})",
+                )
+            names[key] = uids[pod.uid] = source
+            pods.append(pod)
     return pods
 
 
@@ -154,9 +231,18 @@ def pod_from_object(doc: Any, source: str, index: int, prefix: str = "") -> PodS
     def fail(path: str, value: Any, rule: str) -> ManifestError:
         return ManifestError(source, index, prefix + path, value, rule)
 
+    if isinstance(doc, list):
+        kinds = ", ".join(sorted({str(d.get("kind")) for d in doc if isinstance(d, dict)}))
+        shown = Described(
+            f"a YAML list of {len(doc)} item{'s' * (len(doc) != 1)}"
+            + (f" ({kinds})" if kinds else "")
+        )
+        raise fail("(document)", shown, "must be a Pod, or a kind: List with Pods in items")
     if not isinstance(doc, dict):
-        raise fail("(document)", doc, "must be a Pod object")
+        raise fail("(document)", Described(type(doc).__name__), "must be a Pod object")
     kind = doc.get("kind")
+    if kind in WORKLOAD_KINDS:
+        raise fail("kind", kind, "must be Pod: simulate its spec.template as a Pod")
     if kind != "Pod":
         raise fail("kind", kind, "must be Pod (or a List of Pods)")
     api_version = doc.get("apiVersion", "v1")

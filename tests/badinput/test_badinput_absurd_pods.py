@@ -197,13 +197,13 @@ def test_absurd_values_end_in_a_decision_or_a_clear_error(name: str, tmp_path: P
     assert again.engine.assignment("good", "main") is not None
 
 
-def test_a_rejected_10000_cpu_pod_gets_the_kubelet_reason_and_message() -> None:
+def test_a_rejected_10000_cpu_pod_gets_the_kubelet_reason_and_message_and_the_cause() -> None:
     p = plugin()
     pod = sandbox("huge", resources(10_000 * 1024, 10_000 * 100_000, 100_000, 4 * GI))
     (error,) = outcome(p, pod, [])
-    assert error == (
+    assert error.startswith(
         "TopologyAffinityError: Pod Scope pod with pod-level resources failed admission under "
-        "pod-scope topology manager"
+        "pod-scope topology manager; cause: pod budget asks 10000 exclusive CPUs, the node has "
     )
 
 

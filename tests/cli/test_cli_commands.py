@@ -65,7 +65,10 @@ def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_check_config_ok() -> None:
     path = REPO / "packaging" / "config.toml"
-    assert run("check-config", str(path)) == (0, f"{path}: ok\n")
+    assert run("check-config", str(path), "--topology", SPEC) == (
+        0,
+        f"{path}: ok, also against the given machine: 64 CPUs, 4 NUMA nodes\n",
+    )
 
 
 def test_check_config_lists_every_error(tmp_path: Path) -> None:
@@ -175,7 +178,11 @@ def test_state_from_a_live_socket(tmp_path: Path) -> None:
 
 def test_state_socket_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run("state", "--socket", str(tmp_path / "none.sock"))[0] == 1
-    assert "List/GetAllocatableResources failed" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"nri-plrm state: PodResources socket {tmp_path}/none.sock does not exist: is the plugin "
+        "running (systemctl status nri-plrm) with [pod_resources] enabled, and is this its "
+        "[pod_resources] socket?\n"
+    )
 
 
 def test_state_without_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,6 +22,10 @@ P = CPUSet.parse
 EMPTY_POOL_TM = (
     "Pod Scope pod with pod-level resources failed admission under pod-scope topology manager"
 )
+EMPTY_POOL_CAUSE = (
+    "exclusive containers request 4 CPUs = pod budget 4 CPUs, nothing left for the 1 shared "
+    "container (logging-sidecar)"
+)
 
 
 def _run(*names: str, config: Config | None = None) -> SimulationResult:
@@ -177,10 +181,12 @@ def test_json_shape() -> None:
         "admitted",
         "reason",
         "message",
+        "explanation",
         "cpu_ids",
         "memory",
         "containers",
     }
+    assert ok["explanation"] == ""
     assert ok["cpu_ids"] == [1, 2, 33, 34]
     assert ok["memory"] == [{"memory_type": "memory", "size": 4 * GI, "numa": [0]}]
     assert ok["containers"][2] == {
@@ -192,6 +198,7 @@ def test_json_shape() -> None:
     }
     assert rejected["admitted"] is False
     assert rejected["reason"] == "TopologyAffinityError"
+    assert rejected["explanation"] == EMPTY_POOL_CAUSE
     assert rejected["containers"] == [] and rejected["cpu_ids"] == []
 
 
@@ -202,7 +209,10 @@ def test_table() -> None:
         r"plrm-tutorial/pod-scope-mixed +main-app +app +pod_exclusive +1,33 +0 +-1", table
     )
     assert re.search(r"plrm-tutorial/empty-shared-pool +- +- +REJECTED", table)
-    assert f"rejected: TopologyAffinityError: {EMPTY_POOL_TM}" in table
+    assert (
+        f"rejected: TopologyAffinityError: {EMPTY_POOL_TM}\n  cause: {EMPTY_POOL_CAUSE}\n" in table
+    )
+    assert "pod memory 4Gi on NUMA 0" in table
     assert "node shared pool: 0,3-32,35-63" in table
 
 
