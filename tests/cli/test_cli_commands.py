@@ -172,6 +172,7 @@ def test_state_from_a_live_socket(tmp_path: Path) -> None:
         assert code == 0
         assert "prod/db  (pod)" in out
         assert "2-3,34-35" in out and "memory=2Gi@0" in out
+        assert "\nallocatable: 63 CPUs (ids 1-63); memory -\n" in out
     finally:
         server.stop()
 
