@@ -7,6 +7,7 @@ from typing import Any, TextIO
 
 from nri_plrm.cli.inputs import EXIT_OK, load, machine
 from nri_plrm.cli.render import count, emit_json, render_table
+from nri_plrm.engine.spec import MEMORY
 from nri_plrm.quantity import format_bytes_human
 from nri_plrm.topology.synthetic import describe
 
@@ -31,7 +32,10 @@ def topology_table(data: dict[str, Any]) -> str:
         f"({count(data['threads_per_core'], 'thread')} per core), "
         f"{count(data['num_uncore_caches'], 'L3 cache')}\n"
     )
-    totals = ", ".join(f"{k} {format_bytes_human(v)}" for k, v in data["memory_total"].items())
+    totals = ", ".join(
+        ("" if k == MEMORY else f"{k} ") + format_bytes_human(v)
+        for k, v in data["memory_total"].items()
+    )
     sockets = render_table(
         ["SOCKET", "CPUS", "CORES", "NUMA NODES"],
         [

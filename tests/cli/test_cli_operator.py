@@ -156,7 +156,7 @@ def test_topology_counts_and_memory_read_naturally() -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "1 socket, 1 NUMA node, 1 core, 1 CPU (1 thread per core), 1 L3 cache"
-    assert lines[1].startswith("memory: memory 8.5Gi")
+    assert lines[1] == "memory: 8.5Gi"
     assert "Ki" not in out
     assert re.search(r"^0 +0 +1 +0 +0 +memory=8\.5Gi", out, flags=re.M)
 
