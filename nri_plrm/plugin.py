@@ -663,7 +663,10 @@ class Plugin:
             record = _Pod(intent=intent, sandbox_id=pod.id, spec=spec)
             if self.metrics is not None:
                 self.metrics.plugin_admission_rejected(err.reason)
-            why = rejection_text(err, explain_rejection(self.engine, spec or intent.spec, err))
+            cause = explain_rejection(
+                self.engine, spec or intent.spec, err, aggregate=None if spec else intent.aggregate
+            )
+            why = rejection_text(err, cause)
             self._decision_log(record, "", None, f"rejected {err.reason}: {why}")
             self._event(record, err, why)
             raise NRIError(f"{err.reason}: {why}") from err

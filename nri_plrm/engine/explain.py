@@ -15,6 +15,7 @@ single NUMA node that fits (``single-numa-node``), the narrowest NUMA set (``res
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from nri_plrm.engine.spec import (
     AdmissionError,
     ContainerSpec,
     PodSpec,
+    ResourceList,
 )
 from nri_plrm.engine.topology_manager import POLICY_NONE, SCOPE_POD
 from nri_plrm.quantity import format_bytes_human
@@ -39,10 +41,17 @@ def explain_rejection(
     pod: PodSpec,
     error: AdmissionError,
     container: ContainerSpec | None = None,
+    aggregate: ResourceList | None = None,
 ) -> str:
     """One line: the cause of ``error`` for ``pod`` (or its ``container``, when the rejection
-    came at container creation), from ``engine``'s numbers. Never empty."""
+    came at container creation), from ``engine``'s numbers. Never empty.
+
+    ``aggregate`` is what :meth:`Engine.admit_sandbox` was given for a classic pod known only
+    by its sandbox (the containers' aggregate requests): it stands for the containers."""
     facts = _Facts.of(engine)
+    if aggregate and not pod.all_containers():
+        probe = ContainerSpec("", requests=aggregate, limits=aggregate)
+        pod = dataclasses.replace(pod, containers=(probe,))
     if container is not None:
         return _explain_container(engine, facts, pod, container, error)
     if facts.pod_scope:

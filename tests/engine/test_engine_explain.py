@@ -228,3 +228,17 @@ def test_explanation_is_never_empty_for_classic_container_scope() -> None:
         "(NUMA 0: 7, NUMA 1: 8); topology manager policy single-numa-node needs one node for "
         "all of it"
     )
+
+
+def test_classic_sandbox_known_only_by_its_aggregate() -> None:
+    """Over NRI a classic Guaranteed pod is aligned at sandbox time on its containers' sum."""
+    e = engine()
+    bare = PodSpec(uid="classic", name="classic")
+    aggregate = {"cpu": 20_000, "memory": GI}
+    with pytest.raises(AdmissionError) as caught:
+        e.admit_sandbox(bare, aggregate)
+    assert explain_rejection(e, bare, caught.value, aggregate=aggregate) == (
+        "pod (all containers) asks 20 exclusive CPUs, no single NUMA node has that many free "
+        f"({DEFAULT_FREE_CPUS}); topology manager policy single-numa-node needs one node for "
+        "all of it"
+    )
