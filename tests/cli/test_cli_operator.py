@@ -211,3 +211,16 @@ def test_check_config_says_what_it_did_not_check(tmp_path: Path) -> None:
         "the node or pass --sysfs DIR or --topology SPEC\n"
     )
     assert not out.rstrip().endswith(": ok")
+
+
+def test_the_ci_gating_commands_of_examples_readme_exit_as_documented() -> None:
+    text = (EXAMPLES / "README.md").read_text()
+    block = text.split("## Gating manifests in CI", 1)[1].split("```sh\n", 1)[1].split("```")[0]
+    commands = [line for line in block.splitlines() if line.strip()]
+    assert len(commands) == 3
+    for line in commands:
+        command, expected = line.split("  # exit ")
+        argv = command.split()
+        assert argv[:3] == ["nri-plrm", "simulate", "--fail-on-reject"]
+        args = [str(REPO / a) if a.startswith("examples/") else a for a in argv[1:]]
+        assert run(*args)[0] == int(expected), line
