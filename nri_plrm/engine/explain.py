@@ -5,7 +5,8 @@ Scope pod with pod-level resources failed admission ...``); :func:`explain_rejec
 line saying *why*: which resource, how much was asked, how much is free per NUMA node, and the
 rule that failed. It is a pure function of the engine's state after the rejection (the engine
 rolls a rejected request back, so the state is the one the request was decided against) and the
-rejected request; it reads the engine and changes nothing.
+rejected request; it reads the engine and changes nothing. Free resources are those of
+:func:`nri_plrm.engine.availability.free_per_numa` (``simulate``'s ``free_per_numa``).
 
 The first rule that explains the request wins, in this order: full-pcpus-only SMT alignment, the
 split of a pod budget between exclusive and shared containers, an exclusive slice of a budget
@@ -19,9 +20,10 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import (
+    CPU,
     MEMORY,
     SMT_ALIGNMENT_ERROR,
     AdmissionError,
@@ -94,8 +96,10 @@ class _Facts:
     memory_pinned: bool
     threads_per_core: int
     full_pcpus_only: bool
-    free_cpus: Mapping[int, CPUSet]
+    free_cpus: Mapping[int, int]
+    """CPUs exclusive allocations can still take, per NUMA node."""
     free_memory: Mapping[int, Mapping[str, int]]
+    """Free bytes per NUMA node and memory type."""
     whole_core_cpus: int
     """Free CPUs on cores none of whose threads is reserved (``full-pcpus-only``'s count)."""
 
@@ -103,11 +107,10 @@ class _Facts:
     def of(cls, engine: Engine) -> _Facts:
         topo = engine.topology
         cpu, mem, tm = engine.cpu_manager, engine.memory_manager, engine.topology_manager
-        available = cpu.available_cpus()
-        free_cpus = {n: available & topo.cpus_in_numa(n) for n in topo.numa_ids}
+        nodes = free_per_numa(engine)
+        free_cpus = {n.node: r.available for n in nodes for r in n.resources if r.name == CPU}
         free_memory = {
-            node: {name: table.free for name, table in state.memory_map.items()}
-            for node, state in mem.machine_state.items()
+            n.node: {r.name: r.available for r in n.resources if r.name != CPU} for n in nodes
         }
         reserved_cores = {topo.cpu_info[c].core for c in cpu.reserved_cpus}
         whole = sum(1 for c in cpu.default_cpuset if topo.cpu_info[c].core not in reserved_cores)
@@ -123,13 +126,13 @@ class _Facts:
         )
 
     def cpu_total(self) -> int:
-        return sum(len(c) for c in self.free_cpus.values())
+        return sum(self.free_cpus.values())
 
     def memory_total(self, name: str) -> int:
         return sum(m.get(name, 0) for m in self.free_memory.values())
 
     def cpus_by_node(self) -> str:
-        return ", ".join(f"NUMA {n}: {len(c)}" for n, c in self.free_cpus.items())
+        return ", ".join(f"NUMA {n}: {c}" for n, c in self.free_cpus.items())
 
     def memory_by_node(self, name: str) -> str:
         return ", ".join(
@@ -137,7 +140,7 @@ class _Facts:
         )
 
     def nodes_with_cpus(self, n: int) -> list[int]:
-        return [node for node, cpus in self.free_cpus.items() if len(cpus) >= n]
+        return [node for node, cpus in self.free_cpus.items() if cpus >= n]
 
     def nodes_with_memory(self, memory: Mapping[str, int]) -> list[int]:
         return [
