@@ -22,12 +22,12 @@ from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.journal import JOURNAL_FILE, DecisionJournal
 from nri_plrm.checkpoint.store import STATE_FILE, CheckpointStore
 from nri_plrm.config import parse_config
-from nri_plrm.engine.engine import Engine
-from nri_plrm.kubelet_translation import creation_order, nri_container, nri_pod_sandbox
-from nri_plrm.manifest import load_manifests
+from nri_plrm.engine.facade import Engine
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.manifest_to_pod import load_manifests
+from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
