@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -275,6 +276,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     hotplug_start = loop.create_task(watch_hotplug())
     if kube is not None:
         kube.start()
+    freeze_startup_objects()
     try:
         await stub.run()
     finally:
@@ -290,12 +292,22 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
         plugin.close()
+        gc.unfreeze()
         if podresources is not None:
             podresources.stop()
         if http is not None:
             http.stop()
     log.info("stopped")
     return EXIT_OK
+
+
+def freeze_startup_objects() -> None:
+    """Move everything allocated by start-up (modules, the restored state) out of the cyclic
+    garbage collector's reach: they live as long as the process, and a full collection walking
+    them stalls whatever request it interrupts (docs/performance.md). :func:`run` gives them
+    back to the collector when it returns."""
+    gc.collect()
+    gc.freeze()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
