@@ -479,6 +479,7 @@ class Plugin:
                 # The exporter's protocol declares machine_state as a plain attribute, which
                 # mypy treats as invariant against the manager's dict.
                 memory_state_from_manager(cast(Any, self.engine.memory_manager)),
+                flusher=self.store.flusher if self.store is not None else None,
             )
         except (OSError, ValueError) as exc:
             self.log.warning("kubelet-format export to %s failed: %s", self.kubelet_state_path, exc)

@@ -154,9 +154,9 @@ def test_a_failed_background_sync_is_logged_and_counted(
     assert len(DecisionJournal(tmp_path).read()[1]) == 2
 
 
-def _plugin(state: Path) -> Plugin:
+def _plugin(state: Path, **kwargs: Any) -> Plugin:
     engine = Engine(MACHINES["default"], parse_config(CONFIG).engine_config())
-    return Plugin(engine, store=CheckpointStore(state))
+    return Plugin(engine, store=CheckpointStore(state), **kwargs)
 
 
 async def _create_all(plugin: Plugin) -> int:
@@ -175,16 +175,20 @@ async def _create_all(plugin: Plugin) -> int:
 
 
 def test_plugin_requests_never_wait_for_a_sync(tmp_path: Path, syncs: SyncLog) -> None:
-    plugin = _plugin(tmp_path)
+    exports = tmp_path / "kubelet"
+    plugin = _plugin(tmp_path, kubelet_state_path=str(exports))
     plugin.restore()
     at_start = len(syncs.on(_main()))
     assert asyncio.run(_create_all(plugin)) > 5
     plugin.compact()  # the checkpoint write of a compaction on the loop, too
+    plugin.export_kubelet_state()  # and the kubelet-format export
+    assert (exports / "cpu_manager_state").exists()
     assert len(syncs.on(_main())) == at_start
     plugin.close()
     flushed = {(c.call, c.target) for c in syncs.calls if c.thread == "nri-plrm-flusher"}
     assert ("fsync", str(tmp_path / STATE_FILE)) in flushed
     assert ("fsync", str(tmp_path)) in flushed
+    assert ("fsync", str(exports / "cpu_manager_state")) in flushed
     reader = _plugin(tmp_path)
     assert reader.load() is None
     assert reader.state()["plugin"]["pods"] == plugin.state()["plugin"]["pods"]
