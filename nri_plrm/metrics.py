@@ -189,7 +189,7 @@ class Metrics:
         )
         self.checkpoint_duration = Histogram(
             "nri_plrm_checkpoint_write_duration_seconds",
-            "Time to write the checkpoint (incl. fsync).",
+            "Time to write a decision or checkpoint (page cache; fsyncs run in the background).",
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
