@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nri_plrm import sdnotify
+from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.kubelet import check_kubelet_cpu_manager
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.config import (
@@ -108,7 +109,10 @@ def build_plugin(
     """The engine, checkpoint store and plugin for ``config`` on ``topology``, restored."""
     plugin = Plugin(
         Engine(topology, config.engine_config()),
-        store=CheckpointStore(config.state.dir),
+        store=CheckpointStore(
+            config.state.dir,
+            flusher=Flusher(on_failure=metrics.record_checkpoint_sync_failure if metrics else None),
+        ),
         metrics=metrics,
         kubelet_state_path=config.state.kubelet_state_dir or None,
         lookup_timeout=config.kubernetes.lookup_timeout,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 FLUSH_INTERVAL = 0.1
 """Seconds a dirty file waits for others before a round of syncs (bounds the durability lag
@@ -45,10 +46,14 @@ class SyncTarget:
 
 
 class Flusher:
-    """A background thread syncing marked files at most every ``interval`` seconds."""
+    """A background thread syncing marked files at most every ``interval`` seconds;
+    ``on_failure`` is called (from that thread) after each failed sync."""
 
-    def __init__(self, interval: float = FLUSH_INTERVAL) -> None:
+    def __init__(
+        self, interval: float = FLUSH_INTERVAL, on_failure: Callable[[], None] | None = None
+    ) -> None:
         self.interval = interval
+        self.on_failure = on_failure
         self.failures = 0
         """Syncs that failed (each is logged with the file and the error)."""
         self._cond = threading.Condition()
@@ -156,5 +161,7 @@ class Flusher:
                     target.label,
                     exc,
                 )
+                if self.on_failure is not None:
+                    self.on_failure()
         if release:
             os.close(target.fd)

@@ -138,7 +138,8 @@ def test_a_failed_background_sync_is_logged_and_counted(
     def broken(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
-    flusher = Flusher(interval=0.01)
+    failed: list[str] = []
+    flusher = Flusher(interval=0.01, on_failure=lambda: failed.append(_main()))
     journal = DecisionJournal(tmp_path, flusher=flusher)
     journal.reset(1)
     journal.flush()
@@ -146,7 +147,7 @@ def test_a_failed_background_sync_is_logged_and_counted(
     journal.append({"op": "remove", "cid": "c"})
     with caplog.at_level(logging.ERROR, logger="nri_plrm.checkpoint"):
         journal.flush()
-    assert flusher.failures == 1
+    assert flusher.failures == 1 and failed == ["nri-plrm-flusher"]
     assert "Input/output error" in caplog.text and JOURNAL_FILE in caplog.text
     monkeypatch.undo()
     journal.append({"op": "remove", "cid": "d"})  # the thread carries on
