@@ -1,6 +1,6 @@
 """Plugin benchmark: CreateContainer and Synchronize end to end on a 256-CPU machine.
 
-The plugin (engine, checkpoint with fsync, wire stub) runs in its own process, as in
+The plugin (engine, journal and checkpoints on disk, wire stub) runs in its own process, as in
 production; the runtime side is the test simulator (``tests/support/nrisim``) driven through
 the test runtime model, with NRI messages from the kubelet translation.
 
