@@ -16,6 +16,7 @@ is still in the page cache, only its survival of a power loss is in doubt.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -164,4 +165,5 @@ class Flusher:
                 if self.on_failure is not None:
                     self.on_failure()
         if release:
-            os.close(target.fd)
+            with contextlib.suppress(OSError):  # the thread must live on: flush() waits for it
+                os.close(target.fd)

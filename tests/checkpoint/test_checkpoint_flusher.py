@@ -118,6 +118,22 @@ def test_close_makes_pending_appends_durable_and_releases_descriptors(
     assert len(os.listdir("/proc/self/fd")) == open_fds
 
 
+def test_descriptors_are_closed_once_while_the_thread_syncs_them(tmp_path: Path) -> None:
+    """Resets release the old file while the thread may be syncing it: no leak, no double
+    close (which would close a descriptor reused by the next open)."""
+    open_fds = len(os.listdir("/proc/self/fd"))
+    journal = DecisionJournal(tmp_path, flusher=Flusher(interval=0.0))
+    for generation in range(1, 301):
+        journal.reset(generation)
+        for n in range(3):
+            journal.append({"op": "remove", "cid": f"g{generation}-{n}"})
+    journal.close()
+    assert len(os.listdir("/proc/self/fd")) == open_fds
+    generation, records, problem = DecisionJournal(tmp_path).read()
+    assert (generation, problem) == (300, None)
+    assert [r["cid"] for r in records] == ["g300-0", "g300-1", "g300-2"]
+
+
 def test_checkpoint_save_defers_its_fsyncs(tmp_path: Path, syncs: SyncLog) -> None:
     store = CheckpointStore(tmp_path / "state", flusher=Flusher(interval=0.01))
     store.save({"a": 1})
