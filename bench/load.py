@@ -29,6 +29,7 @@ CHUNK_BYTES = 256 << 10
 FILES_KEPT = 8
 
 _SPIN = "while True:\n    pass\n"
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def write_files(directory: str) -> None:
@@ -82,9 +83,6 @@ def io_load(near: str, processes: int = IO_PROCESSES) -> Iterator[None]:
     finally:
         _stop(procs)
         shutil.rmtree(top, ignore_errors=True)
-
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main() -> None:
