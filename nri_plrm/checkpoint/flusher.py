@@ -96,9 +96,11 @@ class Flusher:
         with self._cond:
             if self._thread is None:
                 return
-            needed = self._started + 1 if self._queue else self._started
-            self._urgent = True
-            self._cond.notify_all()
+            needed = self._started
+            if self._queue:
+                needed += 1
+                self._urgent = True
+                self._cond.notify_all()
             self._cond.wait_for(lambda: self._finished >= needed)
 
     def close(self) -> None:
