@@ -9,6 +9,8 @@ throughput with 8 requests in flight (containerd serves CRI calls concurrently, 
 plugin); ``wire_requests_per_s_sequential`` is one request at a time (about 1 / mean latency).
 ``wire_cpu_per_roundtrip_us`` is the CPU time both processes spent per sequential round trip,
 a figure that, unlike the latencies, does not depend on what else the machine is running.
+``wire_roundtrip_p50_us_cpu_load`` / ``..._p99_...``: sequential round trips while two busy
+processes keep the CPUs busy (``bench.load``, started and stopped by the benchmark).
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import time
 from pathlib import Path
 
 from bench.common import main, percentile
+from bench.load import cpu_load
 
 ROOT = Path(__file__).resolve().parent.parent
 
 WARMUP = 500
 ROUND_TRIPS = 5000
+ROUND_TRIPS_CPU_LOAD = 2000
 CONCURRENCY = 8
 
 
@@ -39,9 +43,11 @@ class _NoOp:
 
 def serve_plugin(socket_path: str) -> None:
     """Run the stub with the no-op handler until the runtime goes away (child process)."""
+    from nri_plrm.daemon import freeze_startup_objects
     from nri_plrm.nri.stub import Stub
 
     stub = Stub(_NoOp(), name="bench", index="50", socket_path=socket_path, reconnect=False)
+    freeze_startup_objects()
     asyncio.run(stub.run())
 
 
@@ -87,6 +93,13 @@ async def _measure(socket_path: str) -> dict[str, float]:
         start = time.perf_counter()
         await asyncio.gather(*(worker(per_worker) for _ in range(CONCURRENCY)))
         concurrent = time.perf_counter() - start
+
+        loaded = []
+        with cpu_load():
+            for _ in range(ROUND_TRIPS_CPU_LOAD):
+                t0 = time.perf_counter()
+                await sim.create_container(pod, ctr)
+                loaded.append(time.perf_counter() - t0)
     finally:
         await sim.close()
         try:
@@ -100,6 +113,8 @@ async def _measure(socket_path: str) -> dict[str, float]:
         "wire_requests_per_s": per_worker * CONCURRENCY / concurrent,
         "wire_requests_per_s_sequential": ROUND_TRIPS / sequential,
         "wire_cpu_per_roundtrip_us": cpu / ROUND_TRIPS * 1e6,
+        "wire_roundtrip_p50_us_cpu_load": percentile(loaded, 50) * 1e6,
+        "wire_roundtrip_p99_us_cpu_load": percentile(loaded, 99) * 1e6,
     }
 
 

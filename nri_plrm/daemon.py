@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nri_plrm import sdnotify
+from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.kubelet import check_kubelet_cpu_manager
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.config import (
@@ -127,7 +129,10 @@ def build_plugin(
     """The engine, checkpoint store and plugin for ``config`` on ``topology``, restored."""
     plugin = Plugin(
         Engine(topology, config.engine_config()),
-        store=CheckpointStore(config.state.dir),
+        store=CheckpointStore(
+            config.state.dir,
+            flusher=Flusher(on_failure=metrics.record_checkpoint_sync_failure if metrics else None),
+        ),
         metrics=metrics,
         kubelet_state_path=config.state.kubelet_state_dir or None,
         lookup_timeout=config.kubernetes.lookup_timeout,
@@ -296,6 +301,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     if kube is not None:
         kube.start()
     exit_code = EXIT_OK
+    freeze_startup_objects()
     try:
         await stub.run()
     except RuntimeUnreachable as exc:
@@ -318,6 +324,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
         plugin.close()
+        gc.unfreeze()
         if podresources is not None:
             podresources.stop()
         if http is not None:
@@ -337,6 +344,15 @@ def _metrics_server(
             f"[metrics] address {address}: cannot listen: {exc.strerror or exc} (another "
             "process holds it, maybe another nri-plrm; change [metrics] address or stop it)"
         ) from exc
+
+
+def freeze_startup_objects() -> None:
+    """Move everything allocated by start-up (modules, the restored state) out of the cyclic
+    garbage collector's reach: they live as long as the process, and a full collection walking
+    them stalls whatever request it interrupts (docs/performance.md). :func:`run` gives them
+    back to the collector when it returns."""
+    gc.collect()
+    gc.freeze()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -189,8 +189,13 @@ class Metrics:
         )
         self.checkpoint_duration = Histogram(
             "nri_plrm_checkpoint_write_duration_seconds",
-            "Time to write the checkpoint (incl. fsync).",
+            "Time to write a decision or checkpoint (page cache; fsyncs run in the background).",
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.checkpoint_sync_failures = Counter(
+            "nri_plrm_checkpoint_sync_failures",
+            "Background fsyncs of state files that failed (the data may not survive a power loss).",
             registry=r,
         )
         self.checkpoint_corrupt = Counter(
@@ -385,6 +390,10 @@ class Metrics:
         """One checkpoint write and how long it took."""
         self.checkpoint_duration.observe(seconds)
         (self.checkpoint_writes if ok else self.checkpoint_failures).inc()
+
+    def record_checkpoint_sync_failure(self) -> None:
+        """A background fsync of a state file failed (called from the flusher thread)."""
+        self.checkpoint_sync_failures.inc()
 
     def record_corrupt_checkpoint(self) -> None:
         """A checkpoint was found corrupt and moved aside."""

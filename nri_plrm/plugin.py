@@ -8,7 +8,8 @@ with an asynchronous ``UpdateContainers`` (never from inside a handler).
 
 Durability: the full state (engine snapshot + the plugin's tables) is written with the
 ``CheckpointStore``; each decision after it is appended to a checksummed decision journal in
-the same directory (one small write and one ``fdatasync``), and the journal is folded into a
+the same directory (one small write; a background thread syncs it, no reply waits for the disk,
+see ``docs/design.md`` §4), and the journal is folded into a
 new full checkpoint in the background once it grows (and after every Synchronize). A restart
 loads the checkpoint and replays the journal through the same (deterministic) engine calls.
 """
@@ -150,7 +151,9 @@ class Plugin:
         self.lookup_timeout = lookup_timeout
         self.events = events
         self.runtime = ("", "")
-        self.journal = DecisionJournal(store.directory) if store is not None else None
+        self.journal = (
+            DecisionJournal(store.directory, flusher=store.flusher) if store is not None else None
+        )
         self._pods: dict[str, _Pod] = {}
         self._ids: dict[str, tuple[str, str]] = {}
         self._generation = 0
@@ -477,6 +480,7 @@ class Plugin:
                 # The exporter's protocol declares machine_state as a plain attribute, which
                 # mypy treats as invariant against the manager's dict.
                 memory_state_from_manager(cast(Any, self.engine.memory_manager)),
+                flusher=self.store.flusher if self.store is not None else None,
             )
         except (OSError, ValueError) as exc:
             self.log.warning("kubelet-format export to %s failed: %s", self.kubelet_state_path, exc)

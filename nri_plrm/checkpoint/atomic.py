@@ -1,4 +1,12 @@
-"""Crash-safe file replacement: temp file in the same directory, fsync, rename, fsync the dir.
+"""Atomic file replacement: a fully written temp file in the same directory renamed over the
+name, so a reader (or a process restarted after a crash) sees the old file or the new one,
+never a mix.
+
+Durability against power loss comes from ``fsync``: of the temp file before the rename and of
+the directory after it (the default), or, given a :class:`Flusher`, of the file and then the
+directory in the background after the rename, so the caller never waits for the disk. In that
+case a power loss before the background sync can leave, on some filesystems, the new name with
+no data (an empty file): readers must treat an empty file as a lost one.
 
 Every name is opened relative to a directory file descriptor with ``O_NOFOLLOW``, so a symlink
 planted in the directory is replaced, never followed.
@@ -10,6 +18,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from nri_plrm.checkpoint.flusher import Flusher
+
 
 def open_dir(path: Path, mode: int) -> int:
     """Create ``path`` (parents too) with ``mode`` if missing and open it without following a
@@ -18,8 +28,11 @@ def open_dir(path: Path, mode: int) -> int:
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
-def write_at(dfd: int, name: str, payload: bytes, mode: int) -> None:
-    """Atomically and durably replace ``name`` inside the open directory ``dfd``."""
+def write_at(
+    dfd: int, name: str, payload: bytes, mode: int, *, flusher: Flusher | None = None
+) -> None:
+    """Atomically replace ``name`` inside the open directory ``dfd``: durably before returning,
+    or, with ``flusher``, durably soon after (the flusher syncs the file, then the directory)."""
     tmp = f".{name}.tmp"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp, dir_fd=dfd)
@@ -31,14 +44,20 @@ def write_at(dfd: int, name: str, payload: bytes, mode: int) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if flusher is None:
+            os.fsync(fd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
         os.close(fd)
-        os.unlink(tmp, dir_fd=dfd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dfd)
         raise
-    os.close(fd)
-    os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    os.fsync(dfd)
+    if flusher is None:
+        os.close(fd)
+        os.fsync(dfd)
+    else:
+        flusher.sync_once(fd, label=name)
+        flusher.sync_once(os.dup(dfd), label=f"directory of {name}")
 
 
 def move_aside(dfd: int, name: str) -> str:

@@ -1,6 +1,11 @@
 """The decision journal: an append-only, checksummed log of the plugin's decisions since its last
-full checkpoint, so each decision costs one small write and one ``fdatasync`` instead of a full
-state rewrite. The plugin folds it into ``state.json`` in the background and replays it on start.
+full checkpoint, so each decision costs one small ``write`` instead of a full state rewrite. The
+plugin folds it into ``state.json`` in the background and replays it on start.
+
+An append is complete once its ``write`` returned: the record is in the page cache and survives
+the plugin's death. The device flush (``fdatasync``) runs in a background :class:`Flusher`
+thread, batched, so no reply waits for the disk; a power loss can cut the file anywhere after
+the last background flush, which the checksums and the torn-tail rule below detect.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_plrm.checkpoint.atomic import move_aside, open_dir, write_at
+from nri_plrm.checkpoint.flusher import Flusher, SyncTarget
 
 JOURNAL_FILE = "journal.jsonl"
 """File name of the journal inside the state directory."""
@@ -35,9 +41,14 @@ class DecisionJournal:
     line (crash mid-write, never acknowledged) is ignored; a bad line before it means the file
     was damaged: it is moved aside as ``journal.jsonl.corrupt-<n>`` and reported. Files are
     opened relative to the state directory without following symlinks (mode 0600).
+
+    ``flusher`` syncs the file in the background (share the checkpoint store's, so one thread
+    serves the directory); without one the journal has its own.
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], *, flusher: Flusher | None = None
+    ) -> None:
         self.directory = Path(directory)
         self.path = self.directory / JOURNAL_FILE
         self.size = 0
@@ -46,6 +57,8 @@ class DecisionJournal:
         """Why appends are refused until the next :meth:`reset`: after a failed write the file
         may end in a partial line, so the plugin writes a full checkpoint and starts afresh."""
         self._fd: int | None = None
+        self._flusher = flusher if flusher is not None else Flusher()
+        self._sync: SyncTarget | None = None
 
     @staticmethod
     def encode(record: Mapping[str, Any]) -> bytes:
@@ -110,15 +123,18 @@ class DecisionJournal:
         return f"kept as {self.directory / move_aside(dfd, JOURNAL_FILE)}"
 
     def reset(self, generation: int) -> None:
-        """Replace the journal with an empty one for checkpoint ``generation`` (atomically)."""
-        self.close()
+        """Replace the journal with an empty one for checkpoint ``generation`` (atomically; the
+        flusher makes the new file and its name durable in the background)."""
+        self._release(sync=False)  # the old file is replaced: its pending sync is moot
         header = self.encode({"generation": generation})
         try:
             dfd = open_dir(self.directory, 0o700)
             try:
-                write_at(dfd, JOURNAL_FILE, header, 0o600)
+                write_at(dfd, JOURNAL_FILE, header, 0o600, flusher=self._flusher)
                 flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
                 self._fd = os.open(JOURNAL_FILE, flags, dir_fd=dfd)
+                label = str(self.path)
+                self._sync = self._flusher.track(os.dup(self._fd), data_only=True, label=label)
             finally:
                 os.close(dfd)
         except OSError as exc:
@@ -129,7 +145,8 @@ class DecisionJournal:
         self.broken = None
 
     def append(self, record: Mapping[str, Any]) -> int:
-        """Append ``record`` durably (write + fdatasync); returns the bytes written."""
+        """Append ``record`` (one ``write``; the flusher syncs it soon after); returns the bytes
+        written. Survives the process's death once this returns."""
         if self._fd is None or self.broken is not None:
             why = self.broken or "not open"
             raise JournalError(f"journal {self.path}: {why}")
@@ -138,7 +155,6 @@ class DecisionJournal:
             view = memoryview(line)
             while view:
                 view = view[os.write(self._fd, view) :]
-            os.fdatasync(self._fd)
         except OSError as exc:
             self.broken = f"write failed ({exc})"
             with contextlib.suppress(OSError):
@@ -146,6 +162,8 @@ class DecisionJournal:
             raise JournalError(f"journal {self.path}: write failed: {exc}") from exc
         self.size += len(line)
         self.count += 1
+        if self._sync is not None:
+            self._flusher.mark(self._sync)
         return len(line)
 
     @property
@@ -153,8 +171,21 @@ class DecisionJournal:
         """True once :meth:`reset` opened the file for appending."""
         return self._fd is not None
 
+    def flush(self) -> None:
+        """Wait until every record appended so far is on the device (and everything else the
+        flusher holds, such as a checkpoint written with it)."""
+        self._flusher.flush()
+
     def close(self) -> None:
-        """Close the file (appends fail until the next :meth:`reset`)."""
+        """Make every append durable, close the file (appends fail until the next
+        :meth:`reset`) and stop the flusher (clean shutdown)."""
+        self._release(sync=True)
+        self._flusher.close()
+
+    def _release(self, *, sync: bool) -> None:
+        if self._sync is not None:
+            self._flusher.forget(self._sync, sync=sync)
+            self._sync = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.kubelet_export import policy_of, read_regular, write_owned
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import MemoryBlock
@@ -442,8 +443,10 @@ def write_kubelet_state(
     *,
     cpu_format: str = "v4",
     memory_format: str = "v3",
+    flusher: Flusher | None = None,
 ) -> list[Path]:
-    """Write ``cpu_manager_state`` / ``memory_manager_state`` into ``directory`` atomically.
+    """Write ``cpu_manager_state`` / ``memory_manager_state`` into ``directory`` atomically
+    (with ``flusher``, synced in its background thread rather than before returning).
 
     Files are mode 0644 (readable by monitoring tools, as the kubelet's are). A file the plugin
     did not write is never replaced (ForeignFileError, see ``kubelet_export``): a kubelet running
@@ -455,4 +458,4 @@ def write_kubelet_state(
         files[CPU_MANAGER_STATE_FILE] = encode_cpu_manager_state(cpu, cpu_format)
     if memory is not None:
         files[MEMORY_MANAGER_STATE_FILE] = encode_memory_manager_state(memory, memory_format)
-    return write_owned(directory, files, 0o644)
+    return write_owned(directory, files, 0o644, flusher=flusher)

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from nri_plrm.checkpoint.atomic import open_dir, write_at
+from nri_plrm.checkpoint.flusher import Flusher
 
 RECORD_FILE = ".nri-plrm-export"
 """The plugin's record of what it wrote in the export directory."""
@@ -188,11 +189,16 @@ def export_dir_problem(directory: str, kubelet_cpu_manager_state: str = "") -> s
 
 
 def write_owned(
-    directory: str | os.PathLike[str], files: Mapping[str, bytes], mode: int = 0o644
+    directory: str | os.PathLike[str],
+    files: Mapping[str, bytes],
+    mode: int = 0o644,
+    *,
+    flusher: Flusher | None = None,
 ) -> list[Path]:
     """Atomically replace each ``directory/name`` with its bytes, only if the plugin wrote the
     file there before (or it is missing); raises ForeignFileError naming the file otherwise, and
-    OSError when the directory is a symlink or a write fails. Returns the paths written."""
+    OSError when the directory is a symlink or a write fails. Returns the paths written. With
+    ``flusher``, the fsyncs run in its background thread (see ``atomic.write_at``)."""
     path = Path(directory)
     try:
         dfd = open_dir(path, 0o755)
@@ -218,9 +224,10 @@ def write_owned(
                 keep = [_digest(current)]
             digests[name] = [_digest(payload), *keep]
         doc = {"writer": _RECORD_WRITER, "files": {**record, **digests}}
-        write_at(dfd, RECORD_FILE, json.dumps(doc, sort_keys=True).encode() + b"\n", mode)
+        record_bytes = json.dumps(doc, sort_keys=True).encode() + b"\n"
+        write_at(dfd, RECORD_FILE, record_bytes, mode, flusher=flusher)
         for name, payload in files.items():
-            write_at(dfd, name, payload, mode)
+            write_at(dfd, name, payload, mode, flusher=flusher)
     finally:
         os.close(dfd)
     return [path / name for name in files]

@@ -13,8 +13,12 @@ Rules, learned from the kubelet's checkpoint history (V3 broke older readers, V4
   registered migrations (``MIGRATIONS[n]`` turns version ``n`` data into version ``n + 1``). The
   file on disk is left as it is until the next :meth:`CheckpointStore.save`, which first keeps a
   copy of the pre-migration file as ``state.json.v<n>`` so a downgrade can still find it.
-- Writes go to a temporary file in the same directory, are fsynced, renamed over the state file,
-  and the directory is fsynced: a crash leaves the old or the new file, never a torn one.
+- Writes go to a temporary file in the same directory, fully written, then renamed over the
+  state file: the death of the process at any moment leaves the old or the new file, never a
+  torn one. The file and the directory are then fsynced by the store's :class:`Flusher` in the
+  background (:meth:`CheckpointStore.save` never waits for the disk; :meth:`CheckpointStore.close`
+  does). A power loss before that sync may leave, on some filesystems, an empty (or NUL-filled)
+  ``state.json``: it is treated as unusable like any corrupt file (``empty``).
 - The directory must be a real directory (not a symlink) owned by this user and writable by no
   other user; it is created with mode 0700, and a wider existing one is never chmodded (a
   writable one is refused, a readable one left as it is). Files are created with mode 0600 and
@@ -40,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_plrm.checkpoint.atomic import move_aside, open_dir, write_at
+from nri_plrm.checkpoint.flusher import Flusher
 
 CURRENT_VERSION = 1
 """The layout version this plugin writes."""
@@ -65,7 +70,7 @@ class CheckpointProblem:
     """Why a state file was not used, and where it was moved to."""
 
     kind: str
-    """``unreadable``, ``not-regular-file``, ``invalid-json``, ``bad-layout``,
+    """``unreadable``, ``not-regular-file``, ``empty``, ``invalid-json``, ``bad-layout``,
     ``checksum-mismatch`` or ``migration-failed``."""
     message: str
     moved_to: Path | None
@@ -153,7 +158,10 @@ class _Unusable(Exception):
 
 
 class CheckpointStore:
-    """The state file ``<directory>/state.json``; see the module docs for the guarantees."""
+    """The state file ``<directory>/state.json``; see the module docs for the guarantees.
+
+    ``flusher`` (the store's own when not given) syncs written files in the background; share it
+    with the decision journal of the same directory (``DecisionJournal(..., flusher=...)``)."""
 
     def __init__(
         self,
@@ -162,6 +170,7 @@ class CheckpointStore:
         version: int = CURRENT_VERSION,
         migrations: Mapping[int, Migration] = MIGRATIONS,
         filename: str = STATE_FILE,
+        flusher: Flusher | None = None,
     ) -> None:
         if version < 1:
             raise ValueError(f"checkpoint version {version}: must be >= 1")
@@ -171,6 +180,7 @@ class CheckpointStore:
         self.filename = filename
         self.version = version
         self.migrations = dict(migrations)
+        self.flusher = flusher if flusher is not None else Flusher()
         self._migrated_from: int | None = None
 
     @property
@@ -222,7 +232,8 @@ class CheckpointStore:
             os.close(dfd)
 
     def save(self, data: Mapping[str, Any]) -> int:
-        """Write ``data`` atomically and durably; returns the number of bytes written.
+        """Write ``data`` atomically (the flusher makes it durable in the background); returns
+        the number of bytes written.
 
         Raises CheckpointError (naming the path and the cause) when the data is not JSON-able or
         the write fails; the previous file is then still in place.
@@ -251,13 +262,17 @@ class CheckpointStore:
         try:
             if self._migrated_from is not None:
                 self._keep_old_version(dfd, self._migrated_from)
-            write_at(dfd, self.filename, payload, 0o600)
+            write_at(dfd, self.filename, payload, 0o600, flusher=self.flusher)
             self._migrated_from = None
         except OSError as exc:
             raise CheckpointError(f"checkpoint {self.path}: write failed: {exc}") from exc
         finally:
             os.close(dfd)
         return len(payload)
+
+    def close(self) -> None:
+        """Wait until every save is on the device and stop the flusher (clean shutdown)."""
+        self.flusher.close()
 
     def _open_dir(self) -> int:
         path = self.directory
@@ -327,6 +342,12 @@ class CheckpointStore:
             os.close(fd)
 
     def _decode(self, raw: bytes) -> tuple[int, dict[str, Any]]:
+        if not raw.strip(b"\0 \t\r\n"):
+            raise _Unusable(
+                "empty",
+                f"checkpoint {self.path}: {len(raw)} bytes and no data (a power loss before "
+                "the background sync of its last write)",
+            )
         try:
             document = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -401,4 +422,4 @@ class CheckpointStore:
             content = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
         finally:
             os.close(fd)
-        write_at(dfd, f"{self.filename}.v{version}", content, 0o600)
+        write_at(dfd, f"{self.filename}.v{version}", content, 0o600, flusher=self.flusher)

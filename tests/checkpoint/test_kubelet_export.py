@@ -22,6 +22,7 @@ from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
 import nri_plrm.checkpoint.kubelet_export as kubelet_export
+from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.kubelet import (
     CPUManagerState,
     MemoryManagerState,
@@ -169,10 +170,12 @@ def test_own_files_stay_replaceable_after_a_crash_between_the_writes(
     second_state = CPUManagerState("static", CPUSet.parse("0-1"), {})
     real_write_at = kubelet_export.write_at
 
-    def crash_after_the_record(dfd: int, name: str, payload: bytes, mode: int) -> None:
+    def crash_after_the_record(
+        dfd: int, name: str, payload: bytes, mode: int, *, flusher: Flusher | None = None
+    ) -> None:
         if name != RECORD_FILE:
             raise OSError("killed")
-        real_write_at(dfd, name, payload, mode)
+        real_write_at(dfd, name, payload, mode, flusher=flusher)
 
     monkeypatch.setattr(kubelet_export, "write_at", crash_after_the_record)
     with pytest.raises(OSError, match="killed"):

@@ -191,6 +191,7 @@ def test_state_metrics(server: MetricsServer) -> None:
     m.plugin_checkpoint_write(True, 0.001)
     m.plugin_checkpoint_write(False, 0.002)
     m.plugin_checkpoint_corrupt("checksum")
+    m.record_checkpoint_sync_failure()
     m.plugin_adopted()
     m.plugin_reconcile_corrected()
     m.plugin_released()
@@ -201,6 +202,7 @@ def test_state_metrics(server: MetricsServer) -> None:
     assert value(text, "nri_plrm_checkpoint_write_failures_total") == 1
     assert value(text, "nri_plrm_checkpoint_write_duration_seconds_count") == 2
     assert value(text, "nri_plrm_checkpoint_corrupt_total") == 1
+    assert value(text, "nri_plrm_checkpoint_sync_failures_total") == 1
     for action in ("adopted", "corrected", "released"):
         assert value(text, "nri_plrm_reconciled_containers_total", action=action) == 1
     assert value(text, "nri_plrm_pod_cache_available") == 0

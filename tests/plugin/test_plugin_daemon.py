@@ -4,6 +4,7 @@ checks, structured JSON decision logs, SIGHUP reload, SIGTERM clean stop."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from fakesysfs import write_sysfs
 from nrisim import NRISimulator
+from plrm_daemon import running_daemon
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.daemon import JSONFormatter
@@ -231,3 +233,14 @@ def test_systemd_notifications(tmp_path: Path) -> None:
     assert any(m.startswith("READY=1") for m in received), received
     assert sum("WATCHDOG=1" in m for m in received) >= 2, received
     assert any("STOPPING=1" in m for m in received), received
+
+
+def test_start_up_objects_are_frozen_while_serving(tmp_path: Path) -> None:
+    """Full garbage collections skip what start-up allocated, and get it back at the stop."""
+
+    async def main() -> int:
+        async with running_daemon(tmp_path):
+            return gc.get_freeze_count()
+
+    assert asyncio.run(main()) > 10_000
+    assert gc.get_freeze_count() == 0
