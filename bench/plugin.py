@@ -53,13 +53,14 @@ def serve_plugin(socket_path: str, state_dir: str) -> None:
     from nri_plrm.checkpoint.store import CheckpointStore
     from nri_plrm.config import parse_config
     from nri_plrm.engine.facade import Engine
+    from nri_plrm.ledger import NodeLedger
     from nri_plrm.nri.stub import Stub
     from nri_plrm.plugin import Plugin
     from nri_plrm.topology.synthetic import synthetic_topology
 
     engine = Engine(synthetic_topology(SPEC_256), parse_config(CONFIG).engine_config())
-    plugin = Plugin(engine, store=CheckpointStore(state_dir))
-    plugin.restore()
+    plugin = Plugin(NodeLedger(engine, store=CheckpointStore(state_dir)))
+    plugin.ledger.open()
     stub = Stub(
         plugin,
         name="bench",

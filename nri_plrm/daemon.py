@@ -42,6 +42,7 @@ from nri_plrm.config import (
 )
 from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.liveness import Liveness
 from nri_plrm.metrics import Metrics, MetricsServer
 from nri_plrm.nri.stub import ENV_SOCKET, RuntimeUnreachable, Stub
@@ -126,22 +127,26 @@ def build_plugin(
     events: PodEventSink | None = None,
     on_change: Callable[[], None] | None = None,
 ) -> Plugin:
-    """The engine, checkpoint store and plugin for ``config`` on ``topology``, restored."""
-    plugin = Plugin(
+    """The node ledger (opened from ``config.state.dir``) and the plugin for ``config`` on
+    ``topology``."""
+    ledger = NodeLedger(
         Engine(topology, config.engine_config()),
         store=CheckpointStore(
             config.state.dir,
             flusher=Flusher(on_failure=metrics.record_checkpoint_sync_failure if metrics else None),
         ),
-        metrics=metrics,
         kubelet_state_path=config.state.kubelet_state_dir or None,
+        observer=metrics,
+        on_change=on_change,
+    )
+    ledger.open()
+    return Plugin(
+        ledger,
+        metrics=metrics,
         lookup_timeout=config.kubernetes.lookup_timeout,
         pod_specs=pod_specs,
         events=events,
-        on_change=on_change,
     )
-    plugin.restore()
-    return plugin
 
 
 async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> int:
@@ -182,9 +187,9 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         if kube is not None:
             await kube.stop()
         return EXIT_FAILURE
-    metrics.attach_view(plugin, topology)
+    metrics.attach_view(plugin.ledger, topology)
     if exporter is not None:
-        exporter.attach(lambda: free_per_numa(plugin.engine))
+        exporter.attach(lambda: free_per_numa(plugin.ledger.engine))
     stub = Stub(
         plugin,
         name=config.nri.plugin_name,
@@ -206,7 +211,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
             http.start()
         if config.pod_resources.enabled:
             podresources = PodResourcesServer.from_settings(
-                plugin, config.pod_resources, metrics.observe_podresources
+                plugin.ledger, config.pod_resources, metrics.observe_podresources
             )
             podresources.start()
     except (OSError, ValueError) as exc:
@@ -270,7 +275,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
             notifier.status("connection to the runtime lost; reconnecting")
 
     hotplug = HotplugMonitor(
-        plugin.pods,
+        plugin.ledger.pods,
         topology,
         config.topology.sysfs_root,
         reassert=plugin.reassert,
@@ -323,7 +328,7 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
         sdnotify.stopping()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
-        plugin.close()
+        plugin.ledger.close()
         gc.unfreeze()
         if podresources is not None:
             podresources.stop()

@@ -57,6 +57,18 @@ HOTPLUG_IGNORED = ("unreadable", "memory", "no_change")
 (reported, not acted on), or a CPU event after which the online CPUs were as before."""
 HOTPLUG_REPAIRS = ("cgroup_cpuset", "container_update")
 """Repairs after a CPU hotplug: a cgroup v1 ``cpuset.cpus`` given back, a container re-asserted."""
+CHECKPOINT_DAMAGE = (
+    "unreadable",
+    "not-regular-file",
+    "invalid-json",
+    "bad-layout",
+    "checksum-mismatch",
+    "migration-failed",
+    "bad-contents",
+    "inconsistent",
+    "journal",
+)
+"""Why a checkpoint (or the journal beside it) could not be used: the ``kind`` label."""
 NEAR_TIMEOUT_FRACTION = 0.5
 """A request that took at least this fraction of the runtime's timeout counts as near it."""
 
@@ -200,7 +212,8 @@ class Metrics:
         )
         self.checkpoint_corrupt = Counter(
             "nri_plrm_checkpoint_corrupt",
-            "Checkpoint files found corrupt or unreadable and moved aside.",
+            "Checkpoint or journal files found unusable and moved aside, by kind of damage.",
+            ["kind"],
             registry=r,
         )
         self.reconciled = Counter(
@@ -286,6 +299,8 @@ class Metrics:
             self.kubernetes_events.labels(result=result)
         for result in NRT_WRITE_RESULTS:
             self.node_resource_topology_writes.labels(result=result)
+        for kind in CHECKPOINT_DAMAGE:
+            self.checkpoint_corrupt.labels(kind=kind)
 
     # Resource managers -----------------------------------------------------------------
 
@@ -310,6 +325,23 @@ class Metrics:
         self.admission_requests.inc()
         if reason is not None:
             self.admission_errors.labels(reason=reason).inc()
+
+    def record_placement(self, assignment: ContainerAssignment) -> None:
+        """A container was placed: count the allocation (as the kubelet does) and the pinning."""
+        source = _SOURCE_OF.get(assignment.assignment)
+        if source is not None:
+            self.record_allocation("cpu", source)
+            if assignment.memory:
+                self.record_allocation("memory", source)
+        self.record_pinning("cpu")
+        if assignment.mems:
+            self.record_pinning("memory")
+
+    def record_placement_error(self, reason: str) -> None:
+        """A container was refused with the kubelet's ``reason``."""
+        source = "pod" if reason == EMPTY_POD_SHARED_POOL_ERROR else "node"
+        self.record_allocation("cpu", source, ok=False)
+        self.record_pinning("cpu", ok=False)
 
     def record_pinning(self, resource_name: str, ok: bool = True) -> None:
         """One container pinned (``cpu``: cpuset, ``memory``: NUMA nodes), or its failure."""
@@ -395,9 +427,9 @@ class Metrics:
         """A background fsync of a state file failed (called from the flusher thread)."""
         self.checkpoint_sync_failures.inc()
 
-    def record_corrupt_checkpoint(self) -> None:
-        """A checkpoint was found corrupt and moved aside."""
-        self.checkpoint_corrupt.inc()
+    def record_corrupt_checkpoint(self, kind: str) -> None:
+        """A checkpoint or journal was found unusable (``kind``: one of ``CHECKPOINT_DAMAGE``)."""
+        self.checkpoint_corrupt.labels(kind=kind).inc()
 
     def record_reconcile(self, action: str, count: int = 1) -> None:
         """Containers ``adopted``, ``corrected`` or ``released`` during reconciliation."""
@@ -475,57 +507,6 @@ class Metrics:
         self.set_container_assignments(counts)
         per_numa = {n: len(exclusive & node.cpus) for n, node in topology.numa_nodes.items()}
         self.set_pools(len(topology.all_cpus - exclusive) * 1000, pod_pools, per_numa)
-
-    # Hooks the plugin calls as ``metrics.plugin_<event>(...)`` ---------------------------
-
-    def plugin_assignment(
-        self, assignment_type: str, assignment: ContainerAssignment | None = None
-    ) -> None:
-        """A container was placed: count the allocation (as the kubelet does) and the pinning."""
-        kind = AssignmentType(assignment_type)
-        source = _SOURCE_OF.get(kind)
-        if source is not None:
-            self.record_allocation("cpu", source)
-            if assignment is not None and assignment.memory:
-                self.record_allocation("memory", source)
-        self.record_pinning("cpu")
-        if assignment is not None and assignment.mems:
-            self.record_pinning("memory")
-
-    def plugin_allocation_error(self, reason: str, source: str | None = None) -> None:
-        """A container's exclusive allocation failed with the kubelet's ``reason``."""
-        if source is None:
-            source = "pod" if reason == EMPTY_POD_SHARED_POOL_ERROR else "node"
-        self.record_allocation("cpu", source, ok=False)
-        self.record_pinning("cpu", ok=False)
-
-    def plugin_admitted(self) -> None:
-        """A pod passed topology manager admission."""
-        self.record_admission(None)
-
-    def plugin_admission_rejected(self, reason: str) -> None:
-        """A pod was rejected at admission with the kubelet's ``reason``."""
-        self.record_admission(reason)
-
-    def plugin_checkpoint_write(self, ok: bool, seconds: float) -> None:
-        """A checkpoint write finished."""
-        self.record_checkpoint_write(seconds, ok)
-
-    def plugin_checkpoint_corrupt(self, kind: str) -> None:
-        """The checkpoint was unusable (``kind`` is logged by the plugin, not a label)."""
-        self.record_corrupt_checkpoint()
-
-    def plugin_adopted(self) -> None:
-        """Reconciliation adopted a container the checkpoint did not know."""
-        self.record_reconcile("adopted")
-
-    def plugin_reconcile_corrected(self) -> None:
-        """Reconciliation corrected a container's cpuset or mems."""
-        self.record_reconcile("corrected")
-
-    def plugin_released(self) -> None:
-        """Reconciliation released a container that is gone."""
-        self.record_reconcile("released")
 
     def exposition(self) -> bytes:
         """The text exposition of every metric (view-derived gauges refreshed first)."""

@@ -47,6 +47,7 @@ from nri_plrm.engine.availability import (
 from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Engine, EngineConfig
 from nri_plrm.engine.spec import MEMORY, AdmissionError, ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
@@ -309,7 +310,8 @@ def engine_for(topology: Topology, config: Config) -> Engine:
 async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> SimulationResult:
     engine = engine_for(topology, config)
     runtime = InMemoryRuntime()
-    plugin = Plugin(engine, pod_specs=StaticPodSpecSource(pods))
+    ledger = NodeLedger(engine)
+    plugin = Plugin(ledger, pod_specs=StaticPodSpecSource(pods))
     plugin.attach(runtime.update_containers)
     page_sizes = machine_page_sizes(topology.memory_resources)
     outcomes: list[tuple[PodSpec, str, str, str, bool]] = []
@@ -355,7 +357,7 @@ async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> S
         if admitted:
             created[pod.uid] = names
     await plugin.drain()
-    views = {view.uid: view for view in plugin.pods()}
+    views = {view.uid: view for view in ledger.pods()}
     results: list[SimulatedPod] = []
     for pod, reason, message, explanation, admitted in outcomes:
         view = views.get(pod.uid)

@@ -26,8 +26,8 @@ from nri_plrm.cli.render import count, emit_json, render_table
 from nri_plrm.config import Config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.ledger.view import PodResourcesView, reported_containers
-from nri_plrm.plugin import Plugin
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.proto import podresources_api_pb2 as pb
@@ -58,11 +58,12 @@ def read_checkpoint(directory: str) -> dict[str, Any]:
 
 
 def from_checkpoint(directory: str, topology: Topology, config: Config) -> dict[str, Any]:
-    """The checkpoint in ``directory`` restored into a throw-away plugin, as a view."""
+    """The checkpoint in ``directory`` and the journal after it, restored into a ledger that
+    writes nothing, as a view."""
     data = read_checkpoint(directory)
-    plugin = Plugin(Engine(topology, config.engine_config()))
+    ledger = NodeLedger(Engine(topology, config.engine_config()))
     try:
-        plugin.load_state(data)
+        ledger.restore(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise StateError(
             f"{os.path.join(directory, STATE_FILE)}: does not fit this machine and "
@@ -71,8 +72,8 @@ def from_checkpoint(directory: str, topology: Topology, config: Config) -> dict[
     generation, records, damaged = DecisionJournal(directory).read(quarantine=False)
     if damaged is not None:
         raise StateError(f"{damaged}; the running plugin sets it aside and re-synchronizes")
-    plugin.apply_journal(generation, records)
-    return from_view(plugin, "checkpoint", os.path.join(directory, STATE_FILE))
+    ledger.replay_journal(generation, records)
+    return from_view(ledger, "checkpoint", os.path.join(directory, STATE_FILE))
 
 
 def from_view(view: PodResourcesView, source: str, path: str) -> dict[str, Any]:

@@ -85,8 +85,6 @@ ISOLATION_HOST = "host"
 ISOLATION_POD = "pod"
 ISOLATION_CONTAINER = "container"
 
-SOURCE_POD = "pod"
-SOURCE_NODE = "node"
 
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _FALSE = ("0", "f", "F", "FALSE", "false", "False")
@@ -190,24 +188,6 @@ class CPUManagerConfig:
         return StaticPolicyOptions.parse(self.options)
 
 
-@dataclass
-class CPUManagerCounters:
-    """Monotonic counters from which the kubelet's CPU metrics are derived.
-
-    ``allocations_total`` / ``allocation_errors_total`` are keyed by source (``pod``, ``node``),
-    ``container_assignments`` by assignment type (``node_exclusive``, ``pod_exclusive``,
-    ``pod_shared``).
-    """
-
-    allocations_total: dict[str, int] = field(default_factory=dict)
-    allocation_errors_total: dict[str, int] = field(default_factory=dict)
-    container_assignments: dict[str, int] = field(default_factory=dict)
-
-    def add(self, table: dict[str, int], key: str) -> None:
-        """Increment ``table[key]``."""
-        table[key] = table.get(key, 0) + 1
-
-
 def validate_static_policy_options(
     options: StaticPolicyOptions, topology: Topology, topology_manager_policy: str
 ) -> None:
@@ -252,7 +232,6 @@ class CPUManager:
         self._pool_consumers: dict[str, set[str]] = {}
         self._exclusive_inits: dict[str, set[str]] = {}
         self._cpus_to_reuse: dict[str, CPUSet] = {}
-        self.counters = CPUManagerCounters()
 
     # -- configuration -----------------------------------------------------------------------
     def _pick_reserved(self) -> CPUSet:
@@ -499,25 +478,19 @@ class CPUManager:
         n = self.guaranteed_cpus(pod, container)
         if n == 0 or self._gates_skip(pod):
             return
+        self._enforce_smt_alignment(n)
+        existing = self.assignment(pod.uid, container.name)
+        if existing is not None:
+            self._update_cpus_to_reuse(pod, container, existing)
+            return
+        affinity = hint.numa_affinity if hint is not None else None
+        reusable = self._cpus_to_reuse.get(pod.uid, EMPTY)
         try:
-            self._enforce_smt_alignment(n)
-            existing = self.assignment(pod.uid, container.name)
-            if existing is not None:
-                self._update_cpus_to_reuse(pod, container, existing)
-                return
-            affinity = hint.numa_affinity if hint is not None else None
-            reusable = self._cpus_to_reuse.get(pod.uid, EMPTY)
-            try:
-                cpus = self.allocate_cpus(n, affinity, reusable)
-            except CPUAllocationError as err:
-                raise unexpected(str(err)) from err
-        except AdmissionError:
-            self.counters.add(self.counters.allocation_errors_total, SOURCE_NODE)
-            raise
+            cpus = self.allocate_cpus(n, affinity, reusable)
+        except CPUAllocationError as err:
+            raise unexpected(str(err)) from err
         self._entries.setdefault(pod.uid, {})[container.name] = cpus
         self._update_cpus_to_reuse(pod, container, cpus)
-        self.counters.add(self.counters.allocations_total, SOURCE_NODE)
-        self.counters.add(self.counters.container_assignments, AssignmentType.NODE_EXCLUSIVE.value)
 
     def allocate_pod(self, pod: PodSpec, hint: TopologyHint | None) -> None:
         """Pod scope with pod-level resources (``AllocatePod``): bubble, slices, pod shared pool.
@@ -541,19 +514,15 @@ class CPUManager:
                 bubble = self._allocate_or_admission_error(total, affinity)
             else:
                 bubble = existing
-            partition, consumers, init_slices = self._partition(pod, bubble, existing is None)
+            partition, consumers, init_slices = self._partition(pod, bubble)
         except AdmissionError:
             self._default = saved_default
-            self.counters.add(self.counters.allocation_errors_total, SOURCE_POD)
             raise
         self._pod_entries[pod.uid] = bubble
         entries = self._entries.setdefault(pod.uid, {})
         for container in pod.all_containers():
-            if container.name in entries:
-                continue
-            entries[container.name] = partition[container.name]
-            if existing is None:
-                self.counters.add(self.counters.allocations_total, SOURCE_POD)
+            if container.name not in entries:
+                entries[container.name] = partition[container.name]
         self._pool_consumers.setdefault(pod.uid, set()).update(consumers)
         self._exclusive_inits.setdefault(pod.uid, set()).update(init_slices)
 
@@ -564,9 +533,8 @@ class CPUManager:
             raise unexpected(str(err)) from err
 
     def _partition(
-        self, pod: PodSpec, bubble: CPUSet, count: bool
+        self, pod: PodSpec, bubble: CPUSet
     ) -> tuple[dict[str, CPUSet], set[str], set[str]]:
-        counters = self.counters
         exclusive: dict[str, CPUSet] = {}
         consumers: set[str] = set()
         init_slices: set[str] = set()
@@ -575,8 +543,6 @@ class CPUManager:
             n = self.guaranteed_cpus(pod, container)
             if n > 0:
                 cpus = self._take_or_admission_error(bubble - sidecars, n)
-                if count:
-                    counters.add(counters.container_assignments, AssignmentType.POD_EXCLUSIVE.value)
                 exclusive[container.name] = cpus
                 if container.restartable:
                     sidecars = sidecars | cpus
@@ -584,27 +550,18 @@ class CPUManager:
                 else:
                     init_slices.add(container.name)
             elif not container.restartable:
-                if count:
-                    counters.add(counters.container_assignments, AssignmentType.POD_SHARED.value)
                 exclusive[container.name] = bubble - sidecars
         pool = bubble - sidecars
         for container in pod.containers:
             n = self.guaranteed_cpus(pod, container)
             if n > 0:
                 cpus = self._take_or_admission_error(pool, n)
-                if count:
-                    counters.add(counters.container_assignments, AssignmentType.POD_EXCLUSIVE.value)
                 exclusive[container.name] = cpus
                 consumers.add(container.name)
                 pool = pool - cpus
         partition: dict[str, CPUSet] = {}
         for container in pod.all_containers():
-            if container.name in exclusive:
-                partition[container.name] = exclusive[container.name]
-            else:
-                partition[container.name] = pool
-                if count:
-                    counters.add(counters.container_assignments, AssignmentType.POD_SHARED.value)
+            partition[container.name] = exclusive.get(container.name, pool)
         return partition, consumers, init_slices
 
     def _take_or_admission_error(self, available: CPUSet, n: int) -> CPUSet:
@@ -626,13 +583,9 @@ class CPUManager:
         total = self.pod_guaranteed_cpus(pod)
         if total == 0:
             return EMPTY
-        try:
-            self._enforce_smt_alignment(total)
-            affinity = hint.numa_affinity if hint is not None else None
-            bubble = self._allocate_or_admission_error(total, affinity)
-        except AdmissionError:
-            self.counters.add(self.counters.allocation_errors_total, SOURCE_POD)
-            raise
+        self._enforce_smt_alignment(total)
+        affinity = hint.numa_affinity if hint is not None else None
+        bubble = self._allocate_or_admission_error(total, affinity)
         self._pod_entries[pod.uid] = bubble
         return bubble
 
@@ -655,15 +608,9 @@ class CPUManager:
         if existing is not None and len(existing) == n and existing <= pool:
             consumers.add(name)
             return existing
-        try:
-            cpus = self._take_or_admission_error(pool, n)
-        except AdmissionError:
-            self.counters.add(self.counters.allocation_errors_total, SOURCE_POD)
-            raise
+        cpus = self._take_or_admission_error(pool, n)
         entries[name] = cpus
         consumers.add(name)
-        self.counters.add(self.counters.allocations_total, SOURCE_POD)
-        self.counters.add(self.counters.container_assignments, AssignmentType.POD_EXCLUSIVE.value)
         return cpus
 
     def set_container_cpus(self, pod_uid: str, name: str, cpus: CPUSet) -> None:
@@ -674,13 +621,9 @@ class CPUManager:
             raise ValueError(
                 f"pod {pod_uid}, container {name}: cpus {outside} are not on this machine"
             )
-        new = name not in self._entries.get(pod_uid, {})
         self._entries.setdefault(pod_uid, {})[name] = cpus
         self._pool_consumers.get(pod_uid, set()).discard(name)
         self._init_slices(pod_uid).discard(name)
-        if new and pod_uid in self._pod_entries:
-            self.counters.add(self.counters.allocations_total, SOURCE_POD)
-            self.counters.add(self.counters.container_assignments, AssignmentType.POD_SHARED.value)
 
     def release_container_slice(self, pod_uid: str, name: str) -> None:
         """Give an exited container's exclusive slice back to the pod shared pool.

@@ -36,15 +36,6 @@ The final state after a pod's containers arrive equals :meth:`Engine.admit_pod` 
 spec for the kubelet's and the seed documents' examples (tests run both and compare). Known
 transient difference: while a regular init container with an exclusive slice runs, the pod
 shared pool of a pod-level pod is smaller than the kubelet's (it is restored when it exits).
-
-Counters (monotonic, for the metrics exporter) live in :attr:`Engine.counters`:
-``allocations[(resource, source)]`` and ``allocation_errors[(resource, source)]`` with resource
-``cpu``/``memory`` and source ``pod``/``node`` (``resource_manager_allocations_total``,
-``resource_manager_allocation_errors_total``); ``container_assignments[assignment_type]``
-(``node_exclusive``, ``pod_exclusive``, ``pod_shared``, plus ``node_shared``);
-``pod_admissions`` / ``pod_admission_errors[reason]`` (pods admitted or rejected, both modes);
-``container_admission_errors[reason]`` (containers rejected at creation);
-``topology_admissions`` / ``topology_admission_errors[reason]`` (the Topology Manager's merge).
 """
 
 from __future__ import annotations
@@ -61,13 +52,11 @@ from nri_plrm.engine.spec import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
     MEMORY,
-    TOPOLOGY_AFFINITY_ERROR,
     AdmissionError,
     AssignmentType,
     ContainerAssignment,
     ContainerKind,
     ContainerSpec,
-    HintMap,
     MemoryBlock,
     PodSpec,
     ResourceList,
@@ -91,11 +80,9 @@ from nri_plrm.topology.model import Topology
 SNAPSHOT_FORMAT = 1
 """Version of :meth:`Engine.snapshot`'s layout (readers ignore keys they do not know)."""
 
-SOURCE_POD = "pod"
-SOURCE_NODE = "node"
-
 Changes = dict[tuple[str, str], ContainerAssignment]
-"""Assignments of other containers that changed, by (pod uid, container name)."""
+"""The new assignments of containers whose cpuset or mems changed, by (pod uid, container
+name); the one container a call places is not part of it."""
 
 MODE_WHOLE = "whole"
 MODE_POD_LEVEL = "pod-level"
@@ -124,68 +111,6 @@ class Allocatable:
 
     cpus: CPUSet
     memory: tuple[MemoryBlock, ...]
-
-
-@dataclass
-class EngineCounters:
-    """Monotonic counters; see the module docstring for names and labels."""
-
-    allocations: dict[tuple[str, str], int] = field(default_factory=dict)
-    allocation_errors: dict[tuple[str, str], int] = field(default_factory=dict)
-    container_assignments: dict[str, int] = field(default_factory=dict)
-    pod_admissions: int = 0
-    pod_admission_errors: dict[str, int] = field(default_factory=dict)
-    container_admission_errors: dict[str, int] = field(default_factory=dict)
-    topology_admissions: int = 0
-    topology_admission_errors: dict[str, int] = field(default_factory=dict)
-
-    @staticmethod
-    def bump(table: dict[Any, int], key: Any) -> None:
-        """Increment ``table[key]``."""
-        table[key] = table.get(key, 0) + 1
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (tuple keys joined with ``/``)."""
-        return {
-            "allocations": {"/".join(k): v for k, v in self.allocations.items()},
-            "allocation_errors": {"/".join(k): v for k, v in self.allocation_errors.items()},
-            "container_assignments": dict(self.container_assignments),
-            "pod_admissions": self.pod_admissions,
-            "pod_admission_errors": dict(self.pod_admission_errors),
-            "container_admission_errors": dict(self.container_admission_errors),
-            "topology_admissions": self.topology_admissions,
-            "topology_admission_errors": dict(self.topology_admission_errors),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EngineCounters:
-        """Inverse of :meth:`to_dict`."""
-
-        def pairs(raw: Any) -> dict[tuple[str, str], int]:
-            out: dict[tuple[str, str], int] = {}
-            for key, value in dict(raw or {}).items():
-                resource, _, source = str(key).partition("/")
-                out[(resource, source)] = int(value)
-            return out
-
-        return cls(
-            allocations=pairs(data.get("allocations")),
-            allocation_errors=pairs(data.get("allocation_errors")),
-            container_assignments={
-                str(k): int(v) for k, v in dict(data.get("container_assignments", {})).items()
-            },
-            pod_admissions=int(data.get("pod_admissions", 0)),
-            pod_admission_errors={
-                str(k): int(v) for k, v in dict(data.get("pod_admission_errors", {})).items()
-            },
-            container_admission_errors={
-                str(k): int(v) for k, v in dict(data.get("container_admission_errors", {})).items()
-            },
-            topology_admissions=int(data.get("topology_admissions", 0)),
-            topology_admission_errors={
-                str(k): int(v) for k, v in dict(data.get("topology_admission_errors", {})).items()
-            },
-        )
 
 
 @dataclass
@@ -240,35 +165,6 @@ class _PodRecord:
         )
 
 
-class _CountingProvider:
-    """Wraps a manager so the engine counts allocation errors by resource and source."""
-
-    def __init__(self, inner: HintProvider, resource: str, counters: EngineCounters) -> None:
-        self.inner = inner
-        self.resource = resource
-        self.counters = counters
-
-    def get_topology_hints(self, pod: PodSpec, container: ContainerSpec) -> HintMap | None:
-        return self.inner.get_topology_hints(pod, container)
-
-    def get_pod_topology_hints(self, pod: PodSpec) -> HintMap | None:
-        return self.inner.get_pod_topology_hints(pod)
-
-    def allocate(self, pod: PodSpec, container: ContainerSpec, hint: TopologyHint | None) -> None:
-        try:
-            self.inner.allocate(pod, container, hint)
-        except AdmissionError:
-            self.counters.bump(self.counters.allocation_errors, (self.resource, SOURCE_NODE))
-            raise
-
-    def allocate_pod(self, pod: PodSpec, hint: TopologyHint | None) -> None:
-        try:
-            self.inner.allocate_pod(pod, hint)
-        except AdmissionError:
-            self.counters.bump(self.counters.allocation_errors, (self.resource, SOURCE_POD))
-            raise
-
-
 class Engine:
     """Kubelet-exact admission and allocation for one node (see the module docstring)."""
 
@@ -280,16 +176,12 @@ class Engine:
             topology, config.cpu_manager, topology_manager_policy=config.topology_manager.policy
         )
         self.memory_manager = MemoryManager(topology, config.memory_manager)
-        self.counters = EngineCounters()
         self._pods: dict[str, _PodRecord] = {}
         self._node_shared: set[tuple[str, str]] = set()
 
     @property
     def _providers(self) -> tuple[HintProvider, ...]:
-        return (
-            _CountingProvider(self.cpu_manager, CPU, self.counters),
-            _CountingProvider(self.memory_manager, MEMORY, self.counters),
-        )
+        return (self.cpu_manager, self.memory_manager)
 
     @property
     def _pod_scope(self) -> bool:
@@ -298,54 +190,46 @@ class Engine:
 
     # -- whole pod ---------------------------------------------------------------------------
 
-    def admit_pod(self, pod: PodSpec) -> dict[str, ContainerAssignment]:
-        """The kubelet's admission of a whole pod; its containers' assignments by name.
+    def admit_pod(self, pod: PodSpec) -> Changes:
+        """The kubelet's admission of a whole pod; the containers of other pods that changed
+        (the node shared pool shrank). Its own containers' assignments: :meth:`assignment`.
 
         Raises ``AdmissionError`` (kubelet reason and message); nothing stays allocated then.
-        A pod admitted before keeps its state and gets its current assignments back.
+        A pod admitted before keeps its state (nothing changes).
         """
-        record = self._pods.get(pod.uid)
-        if record is None:
-            before = self.cpu_manager.default_cpuset
-            try:
-                self.topology_manager.admit(pod, self._providers)
-            except AdmissionError as err:
-                self._rollback(pod.uid)
-                self._count_pod_error(err)
-                raise
-            record = _PodRecord(spec=pod, mode=MODE_WHOLE)
-            self._pods[pod.uid] = record
-            self.counters.pod_admissions += 1
-            if self.topology_manager.policy != POLICY_NONE:
-                self.counters.topology_admissions += 1  # the kubelet's none scope counts none
-            for c in pod.all_containers():
-                self._count_new_assignment(pod.uid, c.name)
-                if self.cpu_manager.assignment(pod.uid, c.name) is None:
-                    self._node_shared.add((pod.uid, c.name))
-            self._changes_since(before, skip=pod.uid)
-        return {c.name: self._assignment_of(pod.uid, c.name) for c in record.spec.all_containers()}
+        if pod.uid in self._pods:
+            return {}
+        before = self.cpu_manager.default_cpuset
+        try:
+            self.topology_manager.admit(pod, self._providers)
+        except AdmissionError:
+            self._rollback(pod.uid)
+            raise
+        changes = self._changes_since(before)
+        self._pods[pod.uid] = _PodRecord(spec=pod, mode=MODE_WHOLE)
+        for c in pod.all_containers():
+            if self.cpu_manager.assignment(pod.uid, c.name) is None:
+                self._node_shared.add((pod.uid, c.name))
+        return changes
 
     def _rollback(self, pod_uid: str) -> None:
         self.cpu_manager.remove_pod(pod_uid)
         self.memory_manager.remove_pod(pod_uid)
         self.topology_manager.remove_pod(pod_uid)
 
-    def _count_pod_error(self, err: AdmissionError) -> None:
-        self.counters.bump(self.counters.pod_admission_errors, err.reason)
-        if err.reason == TOPOLOGY_AFFINITY_ERROR:
-            self.counters.bump(self.counters.topology_admission_errors, err.reason)
-
     # -- incremental ---------------------------------------------------------------------------
 
-    def admit_sandbox(self, pod: PodSpec, aggregate: ResourceList | None = None) -> CPUSet:
+    def admit_sandbox(self, pod: PodSpec, aggregate: ResourceList | None = None) -> Changes:
         """Admit a pod known only by its budget (NRI ``RunPodSandbox``); see the module doc.
 
-        Returns the CPUs reserved for the pod (empty when none). Idempotent. Raises
-        ``AdmissionError`` with the kubelet's reason and message; nothing stays reserved then.
+        Returns the containers of other pods that changed (a reserved budget shrinks the node
+        shared pool); the reservation itself: :meth:`pod_cpus`, :meth:`pod_memory`.
+        Idempotent. Raises ``AdmissionError`` with the kubelet's reason and message; nothing
+        stays reserved then.
         """
-        existing = self._pods.get(pod.uid)
-        if existing is not None:
-            return self.cpu_manager.pod_cpus(pod.uid) or EMPTY
+        if pod.uid in self._pods:
+            return {}
+        before = self.cpu_manager.default_cpuset
         bare = PodSpec(
             uid=pod.uid,
             namespace=pod.namespace,
@@ -365,28 +249,15 @@ class Engine:
                     containers=(ContainerSpec("", requests=aggregate, limits=aggregate),),
                 )
                 record.hint = self.topology_manager.pod_hint(probe, self._providers)
-        except AdmissionError as err:
+        except AdmissionError:
             self._rollback(pod.uid)
-            self._count_pod_error(err)
             raise
         self._pods[pod.uid] = record
-        self.counters.pod_admissions += 1
-        if record.hint is not None:
-            self.counters.topology_admissions += 1
-        return self.cpu_manager.pod_cpus(pod.uid) or EMPTY
+        return self._changes_since(before)
 
     def _reserve_budget(self, record: _PodRecord) -> None:
-        spec = record.spec
-        try:
-            self.cpu_manager.allocate_pod_bubble(spec, record.hint)
-        except AdmissionError:
-            self.counters.bump(self.counters.allocation_errors, (CPU, SOURCE_POD))
-            raise
-        try:
-            self.memory_manager.allocate_pod_budget(spec, record.hint)
-        except AdmissionError:
-            self.counters.bump(self.counters.allocation_errors, (MEMORY, SOURCE_POD))
-            raise
+        self.cpu_manager.allocate_pod_bubble(record.spec, record.hint)
+        self.memory_manager.allocate_pod_budget(record.spec, record.hint)
 
     def _reserve_again(self, record: _PodRecord) -> None:
         """Reserve a pod-level pod's budget again after the kubelet's release rule (its last
@@ -404,14 +275,15 @@ class Engine:
     def add_container(
         self, pod: PodSpec, container: ContainerSpec
     ) -> tuple[ContainerAssignment, Changes]:
-        """Place a container being created; its assignment and other containers' changes.
+        """Place a container of an admitted pod; its assignment and the other containers
+        that changed (of this pod and of others).
 
         Raises ``AdmissionError`` (the container must not start); nothing changes then.
+        Raises ``KeyError`` for a pod that was not admitted (:meth:`admit_sandbox` first).
         """
         record = self._pods.get(pod.uid)
         if record is None:
-            self.admit_sandbox(pod)
-            record = self._pods[pod.uid]
+            raise KeyError(f"pod {pod.uid}: not admitted")
         uid, name = pod.uid, container.name
         if record.mode == MODE_WHOLE:
             if record.spec.container(name) is None:
@@ -435,26 +307,17 @@ class Engine:
                 self._add_to_budget(record, container)
             else:
                 self._add_classic(record, container)
-        except AdmissionError as err:
+        except AdmissionError:
             if known is None:
                 record.containers.remove(container)
-            self.counters.bump(self.counters.container_admission_errors, err.reason)
-            if err.reason == TOPOLOGY_AFFINITY_ERROR:
-                self.counters.bump(self.counters.topology_admission_errors, err.reason)
             raise
-        if known is None:
-            self._count_new_assignment(uid, name)
         assignment = self._assignment_of(uid, name)
         if assignment.assignment is AssignmentType.NODE_SHARED:
             self._node_shared.add((uid, name))
         else:  # a restarted container may come back with exclusive resources
             self._node_shared.discard((uid, name))
-        changes = self._changes_since(before, skip=uid)
-        for other, old in pool_before.items():
-            if other != name and other in record.shared:
-                new = self._assignment_of(uid, other)
-                if new != old:
-                    changes[(uid, other)] = new
+        changes = self._changes_since(before, exclude=(uid, name))
+        self._pod_pool_changes(record, pool_before, changes, exclude=name)
         return assignment, changes
 
     def _has_budget(self, pod_uid: str) -> bool:
@@ -525,12 +388,10 @@ class Engine:
             hint = record.hint
         else:
             hint = tm.container_hint(spec, container, self._providers)
-            self.counters.topology_admissions += 1
         if hint is not None:
             tm.set_affinity(uid, name, hint)
-        providers = self._providers
         try:
-            for provider in providers:
+            for provider in self._providers:
                 provider.allocate(spec, container, hint)
         except AdmissionError:
             self.cpu_manager.remove_container(uid, name)
@@ -558,11 +419,10 @@ class Engine:
             self.cpu_manager.release_container_slice(pod_uid, name)
             self.memory_manager.release_container_slice(pod_uid, name)
             self._refresh_pod_pool(record)
-            return {
-                (pod_uid, n): new
-                for n, old in pool_before.items()
-                if n not in record.stopped and (new := self._assignment_of(pod_uid, n)) != old
-            }
+            live = {n: a for n, a in pool_before.items() if n not in record.stopped}
+            changes: Changes = {}
+            self._pod_pool_changes(record, live, changes, exclude=name)
+            return changes
         if self.cpu_manager.assignment(pod_uid, name) is None and not (
             self.memory_manager.container_blocks(pod_uid, name)
         ):
@@ -595,12 +455,9 @@ class Engine:
             record.stopped.discard(name)
             record.shared.discard(name)
             self._refresh_pod_pool(record)
-        changes = self._changes_since(before, skip=pod_uid)
-        for other, old in pool_before.items():
-            if other != name and record is not None and other in record.shared:
-                new = self._assignment_of(pod_uid, other)
-                if new != old:
-                    changes[(pod_uid, other)] = new
+        changes = self._changes_since(before)
+        if record is not None:
+            self._pod_pool_changes(record, pool_before, changes, exclude=name)
         return changes
 
     def remove_pod(self, pod_uid: str) -> Changes:
@@ -609,31 +466,33 @@ class Engine:
         self._rollback(pod_uid)
         self._pods.pop(pod_uid, None)
         self._node_shared = {k for k in self._node_shared if k[0] != pod_uid}
-        return self._changes_since(before, skip=pod_uid)
+        return self._changes_since(before)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
-    def _changes_since(self, before: CPUSet, skip: str) -> Changes:
-        """Node-shared containers of other pods, when the node shared pool changed."""
+    def _changes_since(self, before: CPUSet, exclude: tuple[str, str] | None = None) -> Changes:
+        """Every node-shared container (but ``exclude``) when the node shared pool moved."""
         if self.cpu_manager.default_cpuset == before:
             return {}
         return {
-            key: self._assignment_of(*key) for key in sorted(self._node_shared) if key[0] != skip
+            key: self._assignment_of(*key) for key in sorted(self._node_shared) if key != exclude
         }
 
-    def _count_new_assignment(self, pod_uid: str, name: str) -> None:
-        atype = self.cpu_manager.assignment_type(pod_uid, name)
-        counters = self.counters
-        counters.bump(counters.container_assignments, atype.value)
-        if atype is AssignmentType.NODE_EXCLUSIVE:
-            counters.bump(counters.allocations, (CPU, SOURCE_NODE))
-        elif atype in (AssignmentType.POD_EXCLUSIVE, AssignmentType.POD_SHARED):
-            counters.bump(counters.allocations, (CPU, SOURCE_POD))
-        if self.memory_manager.container_blocks(pod_uid, name):
-            source = (
-                SOURCE_POD if self.memory_manager.pod_blocks(pod_uid) is not None else SOURCE_NODE
-            )
-            counters.bump(counters.allocations, (MEMORY, source))
+    def _pod_pool_changes(
+        self,
+        record: _PodRecord,
+        pool_before: Mapping[str, ContainerAssignment],
+        changes: Changes,
+        exclude: str,
+    ) -> None:
+        """Add to ``changes`` the containers on the pod's shared pool that moved."""
+        uid = record.spec.uid
+        for other, old in pool_before.items():
+            if other == exclude or other not in record.shared:
+                continue
+            new = self._assignment_of(uid, other)
+            if new != old:
+                changes[(uid, other)] = new
 
     def _assignment_of(self, pod_uid: str, name: str) -> ContainerAssignment:
         cpu, mem = self.cpu_manager, self.memory_manager
@@ -675,6 +534,11 @@ class Engine:
         """Admitted pod uids."""
         return tuple(self._pods)
 
+    def pod_spec(self, pod_uid: str) -> PodSpec | None:
+        """The full spec of a pod admitted whole (:meth:`admit_pod`), else None."""
+        record = self._pods.get(pod_uid)
+        return record.spec if record is not None and record.mode == MODE_WHOLE else None
+
     def node_shared_pool(self) -> CPUSet:
         """The node shared pool (the CPU manager's default set)."""
         return self.cpu_manager.default_cpuset
@@ -696,7 +560,7 @@ class Engine:
     # -- state ---------------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """JSON-able state: managers, affinities, pod records, counters, format version."""
+        """JSON-able state: managers, affinities, pod records, format version."""
         tm = self.topology_manager
         affinity: dict[str, dict[str, Any]] = {}
         for uid, record in self._pods.items():
@@ -716,7 +580,6 @@ class Engine:
             "affinity": affinity,
             "pods": {uid: r.to_dict() for uid, r in self._pods.items()},
             "nodeShared": sorted([list(k) for k in self._node_shared]),
-            "counters": self.counters.to_dict(),
         }
 
     @classmethod
@@ -746,7 +609,6 @@ class Engine:
                 str(uid): _PodRecord.from_dict(r) for uid, r in dict(data.get("pods", {})).items()
             }
             engine._node_shared = {(str(u), str(n)) for u, n in data.get("nodeShared", [])}
-            engine.counters = EngineCounters.from_dict(data.get("counters", {}))
         except (KeyError, TypeError, ValueError) as err:
             raise EngineStateError(f"engine snapshot: {err}") from err
         return engine

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
 from nri_plrm.engine.facade import Engine
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.proto import nri_api_pb2 as api
@@ -30,9 +31,9 @@ UINT64_MAX = (1 << 64) - 1
 
 def plugin(store: Path | None = None) -> Plugin:
     engine = Engine(MACHINE, parse_config(POD_SCOPE).engine_config())
-    p = Plugin(engine, store=None if store is None else CheckpointStore(store))
+    p = Plugin(NodeLedger(engine, store=None if store is None else CheckpointStore(store)))
     if store is not None:
-        p.restore()
+        p.ledger.open()
     return p
 
 
@@ -73,15 +74,15 @@ def container(pod: api.PodSandbox, name: str, res: api.LinuxResources | None) ->
 
 
 def state(p: Plugin) -> dict[str, object]:
-    """The engine's snapshot without its counters."""
-    return {k: v for k, v in p.engine.snapshot().items() if k != "counters"}
+    """The engine's snapshot."""
+    return p.ledger.engine.snapshot()
 
 
 def outcome(p: Plugin, pod: api.PodSandbox, ctrs: list[api.Container]) -> list[str]:
     """Run the pod and create its containers; returns the error texts of refused requests.
 
-    A refused request must leave the engine's state unchanged (its error counters move, that is
-    the metering); nothing but NRIError may escape (the stub turns it into the runtime's error
+    A refused request must leave the engine's state unchanged; nothing but NRIError may
+    escape (the stub turns it into the runtime's error
     status)."""
 
     async def go() -> list[str]:
@@ -102,7 +103,7 @@ def outcome(p: Plugin, pod: api.PodSandbox, ctrs: list[api.Container]) -> list[s
         return errors
 
     errors = asyncio.run(go())
-    assert p.engine.verify() == []
+    assert p.ledger.engine.verify() == []
     return errors
 
 
@@ -194,7 +195,7 @@ def test_absurd_values_end_in_a_decision_or_a_clear_error(name: str, tmp_path: P
     good = sandbox("good", resources(2048, 200_000, 100_000, GI))
     main = container(good, "main", resources(1024, 100_000, 100_000, GI))
     assert outcome(again, good, [main]) == []
-    assert again.engine.assignment("good", "main") is not None
+    assert again.ledger.engine.assignment("good", "main") is not None
 
 
 def test_a_rejected_10000_cpu_pod_gets_the_kubelet_reason_and_message_and_the_cause() -> None:
@@ -251,7 +252,7 @@ def test_fuzz_resources_only_raise_nri_errors_and_keep_state_intact(
     # what stayed is releasable: removing every pod gives back the whole node
     for i in range(len(pods)):
         p.remove_pod_sandbox(sandbox(f"fz-{i}", None))
-    assert p.engine.verify() == []
-    assert p.engine.pods() == ()
-    fresh = Engine(MACHINE, p.engine.config)
-    assert p.engine.node_shared_pool() == fresh.node_shared_pool()
+    assert p.ledger.engine.verify() == []
+    assert p.ledger.engine.pods() == ()
+    fresh = Engine(MACHINE, p.ledger.engine.config)
+    assert p.ledger.engine.node_shared_pool() == fresh.node_shared_pool()

@@ -21,6 +21,7 @@ from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
@@ -56,7 +57,7 @@ def engine_config() -> Any:
 
 def populated_state() -> dict[str, Any]:
     """The checkpoint data of a node with pod-level, classic and BestEffort pods."""
-    plugin = Plugin(Engine(MACHINE, engine_config()))
+    plugin = Plugin(NodeLedger(Engine(MACHINE, engine_config())))
     one = {"cpu": 1000, "memory": GI}
     two = {"cpu": 2000, "memory": GI}
     budget = {"cpu": 4000, "memory": 4 * GI}
@@ -92,8 +93,8 @@ def populated_state() -> dict[str, Any]:
                 await plugin.create_container(sandbox, nri_container(spec, ctr))
 
     asyncio.run(fill())
-    assert plugin.engine.verify() == []
-    return plugin.state(1)
+    assert plugin.ledger.engine.verify() == []
+    return plugin.ledger.snapshot(1)
 
 
 STATE = populated_state()
@@ -136,15 +137,15 @@ def load(tmp: Path, data: dict[str, Any]) -> tuple[Plugin, str | None]:
     for leftover in state.glob("*") if state.exists() else ():
         leftover.unlink()
     CheckpointStore(state).save(data)
-    plugin = Plugin(Engine(MACHINE, engine_config()), store=CheckpointStore(state))
-    return plugin, plugin.load()
+    plugin = Plugin(NodeLedger(Engine(MACHINE, engine_config()), store=CheckpointStore(state)))
+    return plugin, plugin.ledger.load()
 
 
 def test_the_unmutated_state_loads(tmp_path: Path) -> None:
     plugin, problem = load(tmp_path, copy.deepcopy(STATE))
     assert problem is None
-    assert plugin.engine.verify() == []
-    assert len(plugin.engine.pods()) == 7
+    assert plugin.ledger.engine.verify() == []
+    assert len(plugin.ledger.engine.pods()) == 7
 
 
 @settings(
@@ -174,9 +175,13 @@ def test_mutated_checkpoints_are_refused_or_consistent(
             continue  # an earlier edit removed or replaced this path
     plugin, problem = load(tmp_path, data)
     if problem is None:
-        assert plugin.engine.verify() == [], f"checkpoint accepted with broken invariants: {edits}"
+        assert plugin.ledger.engine.verify() == [], (
+            f"checkpoint accepted with broken invariants: {edits}"
+        )
     else:
-        assert plugin.engine.pods() == (), "an unusable checkpoint must leave the plugin empty"
+        assert plugin.ledger.engine.pods() == (), (
+            "an unusable checkpoint must leave the plugin empty"
+        )
 
 
 @pytest.mark.parametrize("cpus", ["1", "0-63", "2-3"])
@@ -189,4 +194,4 @@ def test_every_cpuset_string_set_to_the_same_cpus(tmp_path: Path, cpus: str) -> 
             mutate(data, path, "replace", cpus)
     plugin, problem = load(tmp_path, data)
     if problem is None:
-        assert plugin.engine.verify() == []
+        assert plugin.ledger.engine.verify() == []

@@ -18,6 +18,7 @@ from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.cli import main
 from nri_plrm.config import Config
 from nri_plrm.engine.facade import Engine
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC
@@ -116,7 +117,9 @@ def test_simulate_config_that_does_not_fit_the_machine(
 def _write_checkpoint(directory: Path, sock: Path) -> dict[str, Any]:
     """Run pod-scope-mixed through a plugin that checkpoints to ``directory``."""
     topology = load_topology(DEFAULT_SPEC)
-    plugin = Plugin(Engine(topology, Config().engine_config()), store=CheckpointStore(directory))
+    plugin = Plugin(
+        NodeLedger(Engine(topology, Config().engine_config()), store=CheckpointStore(directory))
+    )
     pods = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
 
     async def scenario() -> None:
@@ -125,7 +128,7 @@ def _write_checkpoint(directory: Path, sock: Path) -> dict[str, Any]:
                 await session.runtime.launch(pod)
 
     asyncio.run(scenario())
-    (pod,) = plugin.pods()
+    (pod,) = plugin.ledger.pods()
     return {c.name: c.assignment for c in pod.containers}
 
 

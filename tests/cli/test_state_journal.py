@@ -13,6 +13,7 @@ from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.cli.state import StateError, from_checkpoint
 from nri_plrm.config import parse_config
 from nri_plrm.engine.facade import Engine
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
@@ -25,9 +26,11 @@ CONFIG = parse_config('[topology_manager]\npolicy = "single-numa-node"\nscope = 
 def place_seed_pod(state: Path) -> Plugin:
     """A plugin that admitted pod-scope-mixed after its start-up checkpoint (journal only)."""
     plugin = Plugin(
-        Engine(MACHINES["default"], CONFIG.engine_config()), store=CheckpointStore(state)
+        NodeLedger(
+            Engine(MACHINES["default"], CONFIG.engine_config()), store=CheckpointStore(state)
+        )
     )
-    plugin.restore()
+    plugin.ledger.open()
     (spec,) = load_manifests([EXAMPLE])
 
     async def create() -> None:
@@ -37,7 +40,10 @@ def place_seed_pod(state: Path) -> Plugin:
             await plugin.create_container(sandbox, nri_container(spec, ctr))
 
     asyncio.run(create())
-    assert plugin.journal is not None and plugin.journal.count > 0
+    assert (
+        plugin.ledger.persistence.journal is not None
+        and plugin.ledger.persistence.journal.count > 0
+    )
     return plugin
 
 
@@ -48,7 +54,7 @@ def test_state_shows_decisions_not_yet_compacted(tmp_path: Path) -> None:
     assert pod["name"] == "pod-scope-mixed"
     assert len(pod["cpu_ids"]) == 4
     cpus = {c["name"]: c["cpus"] for c in pod["containers"]}
-    live = {name: str(a.cpus) for (uid, name), a in plugin.engine.assignments().items()}
+    live = {name: str(a.cpus) for (uid, name), a in plugin.ledger.engine.assignments().items()}
     assert cpus == live
 
 

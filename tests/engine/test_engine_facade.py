@@ -43,11 +43,12 @@ def classic(uid: str, *containers: ContainerSpec) -> PodSpec:
 
 def test_admit_pod_is_idempotent() -> None:
     e = engine("single-numa-node", "pod")
-    first = e.admit_pod(pod_scope_mixed())
+    e.admit_pod(pod_scope_mixed())
+    first = e.assignments()
     snap = e.snapshot()
-    assert e.admit_pod(pod_scope_mixed()) == first
-    assert e.snapshot()["cpu"] == snap["cpu"] and e.snapshot()["memory"] == snap["memory"]
-    assert e.counters.pod_admissions == 1
+    assert e.admit_pod(pod_scope_mixed()) == {}
+    assert e.assignments() == first
+    assert e.snapshot() == snap
 
 
 def test_rejected_pod_holds_nothing() -> None:
@@ -73,17 +74,44 @@ def test_rejected_pod_holds_nothing() -> None:
 def test_node_shared_containers_follow_the_node_pool() -> None:
     e = engine()
     shared_pod = classic("a", ContainerSpec("web"))
+    with pytest.raises(KeyError, match="not admitted"):
+        e.add_container(shared_pod, ContainerSpec("web"))
+    assert e.admit_sandbox(shared_pod) == {}
     got, changes = e.add_container(shared_pod, ContainerSpec("web"))
     assert got.assignment is AssignmentType.NODE_SHARED and got.cpus == CPUSet.from_range(0, 63)
     assert changes == {}
+    half = {"cpu": 500, "memory": GI}  # Guaranteed, not integral: the node shared pool
     pinned = classic("b", ContainerSpec("db", requests=TWO, limits=TWO))
+    e.admit_sandbox(pinned)
+    e.add_container(pinned, ContainerSpec("side", requests=half, limits=half))
     got, changes = e.add_container(pinned, ContainerSpec("db", requests=TWO, limits=TWO))
     assert got.cpus == CPUSet.parse("1,33") and got.exclusive
-    assert changes == {("a", "web"): e.assignment("a", "web")}
+    # every node-shared container is reported, the placing pod's own ones too
+    assert changes == {
+        ("a", "web"): e.assignment("a", "web"),
+        ("b", "side"): e.assignment("b", "side"),
+    }
     assert changes[("a", "web")].cpus == CPUSet.from_range(0, 63) - CPUSet.parse("1,33")
-    grown = e.remove_pod("b")
-    assert grown[("a", "web")].cpus == CPUSet.from_range(0, 63)
+    grown = e.remove_container("b", "db")
+    assert set(grown) == {("a", "web"), ("b", "side")}
+    assert grown[("b", "side")].cpus == CPUSet.from_range(0, 63)
     assert e.remove_pod("b") == {}
+    assert e.remove_pod("b") == {}
+
+
+def test_budget_reserved_at_sandbox_reports_the_node_shared_containers() -> None:
+    e = engine("restricted", "pod")
+    shared_pod = classic("a", ContainerSpec("web"))
+    e.admit_sandbox(shared_pod)
+    e.add_container(shared_pod, ContainerSpec("web"))
+    budget = PodSpec(uid="p", requests=TWO, limits=TWO)
+    changes = e.admit_sandbox(budget)
+    assert changes == {("a", "web"): e.assignment("a", "web")}
+    assert changes[("a", "web")].cpus == CPUSet.from_range(0, 63) - e.pod_cpus("p")  # type: ignore[operator]
+    whole = pod_scope_mixed("whole")
+    changes = e.admit_pod(whole)
+    assert set(changes) == {("a", "web")}
+    assert e.admit_pod(whole) == {} and e.admit_sandbox(budget) == {}
 
 
 def test_pod_pool_shrink_is_reported_to_shared_containers() -> None:
@@ -346,6 +374,7 @@ def test_snapshot_restore_round_trip() -> None:
     e.admit_sandbox(budget)
     e.add_container(budget, ContainerSpec("main", requests=ONE, limits=ONE))
     e.add_container(budget, ContainerSpec("side"))
+    e.admit_sandbox(classic("cl"))
     e.add_container(classic("cl"), ContainerSpec("web"))
     data = json.loads(json.dumps(e.snapshot()))
     assert data["format"] == 1
@@ -372,8 +401,9 @@ def test_allocatable_and_pod_queries() -> None:
     assert e.pod_cpus("pod-scope-mixed") == CPUSet.parse("1-2,33-34")
     assert [b.size for b in e.pod_memory("pod-scope-mixed")] == [4 * GI]
     assert e.pod_memory("nope") == () and e.assignment("nope", "x") is None
-    assert e.counters.container_assignments == {"pod_shared": 2, "pod_exclusive": 1}
-    assert e.counters.allocations == {("cpu", "pod"): 3, ("memory", "pod"): 3}
+    kinds = sorted(a.assignment.value for a in e.assignments().values())
+    assert kinds == ["pod_exclusive", "pod_shared", "pod_shared"]
+    assert e.pod_spec("pod-scope-mixed") == pod_scope_mixed() and e.pod_spec("nope") is None
 
 
 # --- fuzz: random NRI operations keep the invariants --------------------------------------------
@@ -408,28 +438,49 @@ def test_random_operations_keep_invariants(
     ops: list[tuple[str, int, int, int]], scope: str, pod_level: list[bool]
 ) -> None:
     e = engine("best-effort", scope)
+    exited: set[tuple[str, str]] = set()
     for op, p, c, n in ops:
         uid = f"p{p}"
         budget = {"cpu": 4000, "memory": 4 * GI}
         pod = PodSpec(uid=uid, requests=budget, limits=budget) if pod_level[p] else PodSpec(uid=uid)
         res = {"cpu": n * 1000, "memory": n * GI}
         spec = ContainerSpec(f"c{c}", requests=res, limits=res) if n else ContainerSpec(f"c{c}")
+        before = e.assignments()
+        placed = None
         try:
             if op == "sandbox":
-                e.admit_sandbox(pod)
+                changes = e.admit_sandbox(pod)
             elif op == "add":
+                if uid not in e.pods():
+                    e.admit_sandbox(pod)
+                    before = e.assignments()
                 got, changes = e.add_container(pod, spec)
+                placed = (uid, spec.name)
+                exited.discard(placed)
                 assert e.assignment(uid, spec.name) == got
-                for key, value in changes.items():
-                    assert e.assignment(*key) == value
             elif op == "stop":
-                e.stop_container(uid, spec.name)
+                changes = e.stop_container(uid, spec.name)
+                exited.add((uid, spec.name))
             elif op == "remove":
-                e.remove_container(uid, spec.name)
+                changes = e.remove_container(uid, spec.name)
             else:
-                e.remove_pod(uid)
+                changes = e.remove_pod(uid)
         except AdmissionError:
-            pass
+            assert e.assignments() == before
+            continue
+        after = e.assignments()
+        for key, value in changes.items():
+            assert after[key] == value
+        # every live container whose cpuset or mems moved is reported
+        moved = {
+            k
+            for k, a in after.items()
+            if k in before
+            and k != placed
+            and k not in exited
+            and (a.cpus, a.mems) != (before[k].cpus, before[k].mems)
+        }
+        assert moved <= set(changes)
         assert e.verify() == []
     config = seed_config("best-effort", scope)
     back = Engine.restore(seed_topology(), config, json.loads(json.dumps(e.snapshot())))
@@ -447,7 +498,8 @@ def test_random_operations_keep_invariants(
 def test_budget_released_with_last_container_is_reserved_again() -> None:
     e = engine("restricted", "pod")
     budget = PodSpec(uid="p", requests=TWO, limits=TWO)
-    bubble = e.admit_sandbox(budget)
+    e.admit_sandbox(budget)
+    bubble = e.pod_cpus("p")
     e.add_container(budget, ContainerSpec("only", requests=ONE, limits=ONE))
     e.remove_container("p", "only")
     assert e.pod_cpus("p") is None and e.pod_memory("p") == ()

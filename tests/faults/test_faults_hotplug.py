@@ -21,6 +21,7 @@ from nri_plrm.config import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
 from nri_plrm.proto import nri_api_pb2 as api
@@ -49,7 +50,7 @@ def mixed(uid: str) -> PodSpec:
 
 
 def populated() -> Plugin:
-    plugin = Plugin(Engine(MACHINE, parse_config(POD_SCOPE).engine_config()))
+    plugin = Plugin(NodeLedger(Engine(MACHINE, parse_config(POD_SCOPE).engine_config())))
 
     async def fill() -> None:
         for i in range(3):
@@ -87,10 +88,10 @@ def test_cpu_offline_under_an_exclusive_slice(
     plugin = populated()
     metrics = Metrics()
     registry = metrics.registry
-    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root), metrics=metrics)
+    monitor = HotplugMonitor(plugin.ledger.pods, MACHINE, str(root), metrics=metrics)
     monitor.register(registry)
-    decided = plugin.engine.assignments()
-    main = plugin.engine.assignment("hp-1", "main")
+    decided = plugin.ledger.engine.assignments()
+    main = plugin.ledger.engine.assignment("hp-1", "main")
     assert main is not None and main.exclusive
     victim = min(main.cpus)
     assert metric(registry, "nri_plrm_exclusive_containers_degraded") == 0
@@ -111,7 +112,7 @@ def test_cpu_offline_under_an_exclusive_slice(
         ]
         assert named and "main" in named[0] and str(victim) in named[0]
         # the rule: nothing moved
-        assert plugin.engine.assignments() == decided
+        assert plugin.ledger.engine.assignments() == decided
         assert metric(registry, "nri_plrm_cpus_offline") == 1
         assert metric(registry, "nri_plrm_exclusive_cpus_offline") == 1
         assert metric(registry, "nri_plrm_exclusive_containers_degraded") == 1
@@ -129,7 +130,7 @@ def test_cpu_offline_under_an_exclusive_slice(
         assert report is not None and report.affected == () and report.offline == CPUSet()
         assert any("online again" in r.getMessage() for r in caplog.records)
         assert metric(registry, "nri_plrm_exclusive_containers_degraded") == 0
-        assert plugin.engine.assignments() == decided
+        assert plugin.ledger.engine.assignments() == decided
 
     asyncio.run(main_flow())
 
@@ -140,10 +141,10 @@ def test_offline_cpu_outside_exclusive_slices_and_lost_events(tmp_path: Path) ->
     plugin = populated()
     metrics = Metrics()
     registry = metrics.registry
-    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root), metrics=metrics)
+    monitor = HotplugMonitor(plugin.ledger.pods, MACHINE, str(root), metrics=metrics)
     monitor.register(registry)
     exclusive = CPUSet().union(
-        *(a.cpus for a in plugin.engine.assignments().values() if a.exclusive)
+        *(a.cpus for a in plugin.ledger.engine.assignments().values() if a.exclusive)
     )
     spare = max(MACHINE.all_cpus - exclusive)
 
@@ -171,7 +172,7 @@ def test_unreadable_tree_keeps_the_last_view(
     root = tmp_path / "sys"
     write_sysfs(MACHINE, str(root))
     plugin = populated()
-    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root))
+    monitor = HotplugMonitor(plugin.ledger.pods, MACHINE, str(root))
     (root / "devices" / "system" / "cpu" / "online").write_text("garbage\n")
 
     async def flow() -> None:
@@ -191,9 +192,9 @@ def test_rescan_at_watch_start_reports_without_counting_an_event(tmp_path: Path)
     plugin = populated()
     metrics = Metrics()
     registry = metrics.registry
-    monitor = HotplugMonitor(plugin.pods, MACHINE, str(root), metrics=metrics)
+    monitor = HotplugMonitor(plugin.ledger.pods, MACHINE, str(root), metrics=metrics)
     monitor.register(registry)
-    main = plugin.engine.assignment("hp-0", "main")
+    main = plugin.ledger.engine.assignment("hp-0", "main")
     assert main is not None
     set_online(root, MACHINE.all_cpus - main.cpus)
     report = asyncio.run(monitor.rescan())
@@ -262,7 +263,7 @@ def test_reassert_sends_every_container_and_skips_one_with_no_cpu_left() -> None
         sent.append(updates)
         return updates[:1]  # the runtime failed the first one
 
-    main = plugin.engine.assignment("hp-1", "main")
+    main = plugin.ledger.engine.assignment("hp-1", "main")
     assert main is not None and main.exclusive
     online = MACHINE.all_cpus - main.cpus
     assert asyncio.run(plugin.reassert(lambda a: a.cpus)) == (0, 0)  # no sender attached
@@ -279,7 +280,8 @@ def test_reassert_sends_every_container_and_skips_one_with_no_cpu_left() -> None
     assert by_key == {
         key: assignment.cpus & online
         for key in ids.values()
-        if (assignment := plugin.engine.assignment(*key)) is not None and assignment.cpus & online
+        if (assignment := plugin.ledger.engine.assignment(*key)) is not None
+        and assignment.cpus & online
     }
     assert len(by_key) == len(ids) - 1
     assert (count, failed) == (len(updates), 1)

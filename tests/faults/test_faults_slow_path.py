@@ -18,6 +18,7 @@ from plrm_invariants import check
 from nri_plrm.config import ConfigError, parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.pod_to_cri import creation_order
@@ -76,7 +77,7 @@ def test_lagging_api_cache_neither_misses_the_budget_nor_stalls_the_connection(
 ) -> None:
     source = LaggingSource()
     engine = Engine(MACHINES["default"], parse_config(POD_SCOPE).engine_config())
-    plugin = Plugin(engine, pod_specs=source, lookup_timeout=LOOKUP_TIMEOUT)
+    plugin = Plugin(NodeLedger(engine), pod_specs=source, lookup_timeout=LOOKUP_TIMEOUT)
 
     async def main() -> None:
         sock = str(tmp_path / "nri.sock")
@@ -109,7 +110,7 @@ def test_lagging_api_cache_neither_misses_the_budget_nor_stalls_the_connection(
             ]
             assert len(rt.cpus_of(sandbox, "main")) == 2  # the NRI-only decision
             uids = {p.uid for p in rt.pods.values()}
-            assert check(plugin.engine, rt, uids) == []
+            assert check(plugin.ledger.engine, rt, uids) == []
 
     asyncio.run(main())
 
@@ -117,7 +118,7 @@ def test_lagging_api_cache_neither_misses_the_budget_nor_stalls_the_connection(
 def test_spec_published_while_waiting_is_used(tmp_path: Path) -> None:
     source = LaggingSource()
     engine = Engine(MACHINES["default"], parse_config(POD_SCOPE).engine_config())
-    plugin = Plugin(engine, pod_specs=source, lookup_timeout=LOOKUP_TIMEOUT)
+    plugin = Plugin(NodeLedger(engine), pod_specs=source, lookup_timeout=LOOKUP_TIMEOUT)
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
@@ -127,9 +128,9 @@ def test_spec_published_while_waiting_is_used(tmp_path: Path) -> None:
                 await asyncio.sleep(0.001)
             source.publish(spec)
             await pending
-            (view,) = [v for v in plugin.pods() if v.uid == "arrives"]
+            (view,) = [v for v in plugin.ledger.pods() if v.uid == "arrives"]
             assert {c.name for c in view.containers} == set()
-            assert plugin.engine.pod_cpus("arrives") is not None
+            assert plugin.ledger.engine.pod_cpus("arrives") is not None
 
     asyncio.run(main())
 

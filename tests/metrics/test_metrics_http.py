@@ -61,13 +61,14 @@ def test_seed_metric_names_and_labels(server: MetricsServer) -> None:
         CPUSet([0]),
         (MemoryBlock((0,), "memory", 2 * GI),),
     )
-    m.plugin_assignment("pod_exclusive", pod_exclusive)
-    m.plugin_assignment("pod_shared")
-    m.plugin_assignment("node_exclusive")
-    m.plugin_assignment("node_exclusive")
-    m.plugin_allocation_error(EMPTY_POD_SHARED_POOL_ERROR)
-    m.plugin_admission_rejected(TOPOLOGY_AFFINITY_ERROR)
-    m.plugin_admitted()
+    m.record_placement(pod_exclusive)
+    m.record_placement(ContainerAssignment(AssignmentType.POD_SHARED, CPUSet([3]), CPUSet()))
+    node_exclusive = ContainerAssignment(AssignmentType.NODE_EXCLUSIVE, CPUSet([4]), CPUSet())
+    m.record_placement(node_exclusive)
+    m.record_placement(node_exclusive)
+    m.record_placement_error(EMPTY_POD_SHARED_POOL_ERROR)
+    m.record_admission(TOPOLOGY_AFFINITY_ERROR)
+    m.record_admission(None)
     status, text = fetch(server, "/metrics")
     assert status == 200
     assert value(text, "resource_manager_allocations_total", resource_name="cpu", source="pod") == 2
@@ -188,20 +189,20 @@ def test_request_latency_and_near_timeout(server: MetricsServer) -> None:
 
 def test_state_metrics(server: MetricsServer) -> None:
     m = server.metrics
-    m.plugin_checkpoint_write(True, 0.001)
-    m.plugin_checkpoint_write(False, 0.002)
-    m.plugin_checkpoint_corrupt("checksum")
+    m.record_checkpoint_write(0.001, ok=True)
+    m.record_checkpoint_write(0.002, ok=False)
+    m.record_corrupt_checkpoint("checksum-mismatch")
+    for action in ("adopted", "corrected", "released"):
+        m.record_reconcile(action)
     m.record_checkpoint_sync_failure()
-    m.plugin_adopted()
-    m.plugin_reconcile_corrected()
-    m.plugin_released()
     m.set_pod_cache_available(False)
     m.observe_podresources("List", "OK")
     _, text = fetch(server, "/metrics")
     assert value(text, "nri_plrm_checkpoint_writes_total") == 1
     assert value(text, "nri_plrm_checkpoint_write_failures_total") == 1
     assert value(text, "nri_plrm_checkpoint_write_duration_seconds_count") == 2
-    assert value(text, "nri_plrm_checkpoint_corrupt_total") == 1
+    assert value(text, "nri_plrm_checkpoint_corrupt_total", kind="checksum-mismatch") == 1
+    assert value(text, "nri_plrm_checkpoint_corrupt_total", kind="journal") == 0
     assert value(text, "nri_plrm_checkpoint_sync_failures_total") == 1
     for action in ("adopted", "corrected", "released"):
         assert value(text, "nri_plrm_reconciled_containers_total", action=action) == 1
@@ -226,6 +227,7 @@ def test_no_pod_name_labels(server: MetricsServer) -> None:
         "code",
         "version",
         "result",
+        "kind",
     }
 
 

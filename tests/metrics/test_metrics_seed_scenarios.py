@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nri_plrm.config import parse_config
 from nri_plrm.engine.facade import Engine
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.metrics import Metrics, MetricsServer
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
@@ -43,11 +44,11 @@ def run_seeds(tmp: Path, scope: str, names: list[str]) -> tuple[Samples, dict[st
     pods = load_manifests([EXAMPLES / f"{n}.yaml" for n in names])
     metrics = Metrics()
     plugin = Plugin(
-        Engine(topology, config.engine_config()),
+        NodeLedger(Engine(topology, config.engine_config()), observer=metrics),
         pod_specs=StaticPodSpecSource(pods),
         metrics=metrics,
     )
-    metrics.attach_view(plugin, topology)
+    metrics.attach_view(plugin.ledger, topology)
     http = MetricsServer(metrics, "127.0.0.1:0")
     http.start()
     admitted: dict[str, bool] = {}

@@ -20,6 +20,7 @@ from nri_plrm.config import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AdmissionError
 from nri_plrm.engine.spec_json import spec_from_dict
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.stub import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
@@ -39,15 +40,10 @@ json_values = st.recursive(
 )
 
 
-def comparable(state: dict[str, Any]) -> dict[str, Any]:
-    """The state without the engine's monotonic counters (rejections are not journaled)."""
-    engine = {k: v for k, v in state["engine"].items() if k != "counters"}
-    return {**state, "engine": engine}
-
-
-def new_plugin(state: Path, **kwargs: Any) -> Plugin:
+def new_plugin(state: Path, kubelet_state_path: str | None = None) -> Plugin:
     engine = Engine(MACHINES["default"], parse_config(CONFIG).engine_config())
-    return Plugin(engine, store=CheckpointStore(state), **kwargs)
+    store = CheckpointStore(state)
+    return Plugin(NodeLedger(engine, store=store, kubelet_state_path=kubelet_state_path))
 
 
 async def drive(plugin: Plugin) -> None:
@@ -74,71 +70,72 @@ async def drive(plugin: Plugin) -> None:
 
 def test_replay_equals_the_live_state(tmp_path: Path) -> None:
     live = new_plugin(tmp_path)
-    live.restore()
+    live.ledger.open()
     asyncio.run(drive(live))
-    assert live.journal is not None and live.journal.count > 5
+    assert live.ledger.persistence.journal is not None and live.ledger.persistence.journal.count > 5
     reader = new_plugin(tmp_path)
-    assert reader.load() is None
-    assert comparable(reader.state()) == comparable(live.state())
-    assert reader.engine.verify() == []
+    assert reader.ledger.load() is None
+    assert reader.ledger.snapshot() == live.ledger.snapshot()
+    assert reader.ledger.engine.verify() == []
 
 
 def test_compaction_folds_the_journal_into_the_checkpoint(tmp_path: Path) -> None:
     live = new_plugin(tmp_path)
-    live.restore()
+    live.ledger.open()
     asyncio.run(drive(live))
-    live.compact()
-    assert live.journal is not None and live.journal.count == 0
+    live.ledger.compact()
+    journal = live.ledger.persistence.journal
+    assert journal is not None and journal.count == 0
     reader = new_plugin(tmp_path)
-    reader.load()
-    assert comparable(reader.state()) == comparable(live.state())
+    reader.ledger.load()
+    assert reader.ledger.snapshot() == live.ledger.snapshot()
 
 
 def test_torn_last_line_is_ignored_and_damage_is_kept_aside(tmp_path: Path) -> None:
     live = new_plugin(tmp_path)
-    live.restore()
+    live.ledger.open()
     asyncio.run(drive(live))
     path = tmp_path / JOURNAL_FILE
     whole = path.read_bytes()
     path.write_bytes(whole + b'0badc0de {"op":"remove_pod","uid"')
     reader = new_plugin(tmp_path)
-    assert reader.load() is None
-    assert comparable(reader.state()) == comparable(live.state())
+    assert reader.ledger.load() is None
+    assert reader.ledger.snapshot() == live.ledger.snapshot()
     lines = whole.split(b"\n")
     lines[3] = lines[3].replace(b'"op"', b'"oq"', 1)
     path.write_bytes(b"\n".join(lines))
     damaged = new_plugin(tmp_path)
-    problem = damaged.load()
+    problem = damaged.ledger.load()
     assert problem is not None and "line 4" in problem and "checksum mismatch" in problem
     assert (tmp_path / f"{JOURNAL_FILE}.corrupt-1").exists()
     assert not path.exists()
-    assert damaged.engine.verify() == []
+    assert damaged.ledger.engine.verify() == []
 
 
 def test_journal_of_a_missing_checkpoint_is_ignored(tmp_path: Path) -> None:
     live = new_plugin(tmp_path)
-    live.restore()
+    live.ledger.open()
     asyncio.run(drive(live))
     (tmp_path / "state.json").unlink()
     reader = new_plugin(tmp_path)
-    assert reader.load() is None
-    assert reader.pods() == ()
+    assert reader.ledger.load() is None
+    assert reader.ledger.pods() == ()
 
 
 def test_kubelet_format_export(tmp_path: Path) -> None:
     export = tmp_path / "kubelet"
     live = new_plugin(tmp_path / "state", kubelet_state_path=str(export))
-    live.restore()
+    live.ledger.open()
     asyncio.run(drive(live))
-    live.export_kubelet_state()
+    live.ledger.export_kubelet_state()
     cpu = decode_cpu_manager_state((export / "cpu_manager_state").read_bytes()).state
     assert cpu.policy_name == "static"
-    assert cpu.default_cpuset == live.engine.node_shared_pool()
+    assert cpu.default_cpuset == live.ledger.engine.node_shared_pool()
     for uid, names in cpu.entries.items():
         for name, cpus in names.items():
-            got = live.engine.assignment(uid, name)
+            got = live.ledger.engine.assignment(uid, name)
             assert got is not None and got.cpus == cpus
-    assert set(cpu.pod_entries) == {v.uid for v in live.pods() if v.cpus}
+    assert set(cpu.pod_entries) == {v.uid for v in live.ledger.pods() if v.cpus}
     memory = decode_memory_manager_state((export / "memory_manager_state").read_bytes()).state
     assert memory.policy_name == "Static"
 
@@ -181,13 +178,13 @@ def test_fuzz_checkpoint_decoders_raise_only_what_load_handles(value: Any) -> No
 def test_fuzz_replay_of_foreign_records(tmp_path: Path, record: dict[str, Any]) -> None:
     plugin = new_plugin(tmp_path)
     with contextlib.suppress(AdmissionError, KeyError, TypeError, ValueError, AttributeError):
-        plugin._replay(record)
-    assert plugin.engine.verify() == []
+        plugin.ledger.replay_journal(0, [record])
+    assert plugin.ledger.engine.verify() == []
 
 
 def test_journal_refuses_appends_until_reset(tmp_path: Path) -> None:
     journal = DecisionJournal(tmp_path)
-    from nri_plrm.plugin import JournalError
+    from nri_plrm.checkpoint.journal import JournalError
 
     with pytest.raises(JournalError, match="not open"):
         journal.append({"op": "stop"})

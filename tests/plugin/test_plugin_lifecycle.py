@@ -11,6 +11,7 @@ from plrm_harness import serve
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
 from nri_plrm.engine.facade import Engine
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
@@ -22,10 +23,12 @@ CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 
 def new_plugin(state: Path) -> Plugin:
     plugin = Plugin(
-        Engine(MACHINES["default"], parse_config(CONFIG).engine_config()),
-        store=CheckpointStore(state),
+        NodeLedger(
+            Engine(MACHINES["default"], parse_config(CONFIG).engine_config()),
+            store=CheckpointStore(state),
+        )
     )
-    plugin.restore()
+    plugin.ledger.open()
     return plugin
 
 
@@ -47,10 +50,10 @@ def test_restarted_container_gets_its_cpus_back(tmp_path: Path) -> None:
             await rt.remove(first)
             await rt.settle()
             assert rt.cpus_of(pod, "metrics-sidecar") == pool
-            (view,) = plugin.pods()
+            (view,) = plugin.ledger.pods()
             (main,) = [c for c in view.containers if c.name == "main-app"]
             assert main.assignment is not None and main.assignment.cpus == cpus
-        assert plugin.engine.verify() == []
+        assert plugin.ledger.engine.verify() == []
 
     asyncio.run(main())
 
@@ -67,24 +70,24 @@ def test_recreated_sandbox_keeps_the_reservation(tmp_path: Path) -> None:
             first = await s.sim.create_container(old, db)
             assert first is not None
             cpus = first.adjust.linux.resources.cpu.cpus
-            bubble = plugin.engine.pod_cpus(spec.uid)
+            bubble = plugin.ledger.engine.pod_cpus(spec.uid)
             new = nri_pod_sandbox(spec, attempt=1)
             assert new.id != old.id
             await s.sim.run_pod_sandbox(new)
-            assert plugin.engine.pod_cpus(spec.uid) == bubble
+            assert plugin.ledger.engine.pod_cpus(spec.uid) == bubble
             again = nri_container(spec, spec.containers[0], attempt=1)
             again.pod_sandbox_id = new.id
             second = await s.sim.create_container(new, again)
             assert second is not None and second.adjust.linux.resources.cpu.cpus == cpus
             await s.sim.remove_container(old, db)
             await s.sim.remove_pod_sandbox(old)
-            assert plugin.engine.pod_cpus(spec.uid) == bubble
-            assert [v.uid for v in plugin.pods()] == [spec.uid]
+            assert plugin.ledger.engine.pod_cpus(spec.uid) == bubble
+            assert [v.uid for v in plugin.ledger.pods()] == [spec.uid]
             await s.sim.remove_container(new, again)
             await s.sim.remove_pod_sandbox(new)
-            assert plugin.pods() == ()
-            assert plugin.engine.pod_cpus(spec.uid) is None
+            assert plugin.ledger.pods() == ()
+            assert plugin.ledger.engine.pod_cpus(spec.uid) is None
         reader = new_plugin(tmp_path / "state")
-        assert reader.pods() == ()
+        assert reader.ledger.pods() == ()
 
     asyncio.run(main())

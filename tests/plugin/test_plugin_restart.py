@@ -18,6 +18,7 @@ from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import PodSpec
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
@@ -36,8 +37,8 @@ def manifest(name: str, copy: int = 0) -> PodSpec:
 
 def new_plugin(state: Path) -> Plugin:
     engine = Engine(MACHINES["default"], parse_config(POD_SCOPE).engine_config())
-    plugin = Plugin(engine, store=CheckpointStore(state))
-    plugin.restore()
+    plugin = Plugin(NodeLedger(engine, store=CheckpointStore(state)))
+    plugin.ledger.open()
     return plugin
 
 
@@ -56,7 +57,7 @@ async def first_life(tmp_path: Path) -> FakeRuntime:
         await rt.launch(manifest("tightly-coupled-database"))
         await rt.remove_pod(doomed)
         await rt.settle()
-        assert check(plugin.engine, rt, live_uids(rt)) == []
+        assert check(plugin.ledger.engine, rt, live_uids(rt)) == []
     return rt
 
 
@@ -68,7 +69,7 @@ async def second_life(tmp_path: Path, rt: FakeRuntime) -> tuple[Plugin, list[str
         plugin, str(tmp_path / "nri.sock"), pods=pods, containers=ctrs, runtime=rt, clean_stop=False
     ):
         await rt.settle()
-    return plugin, check(plugin.engine, rt, live_uids(rt))
+    return plugin, check(plugin.ledger.engine, rt, live_uids(rt))
 
 
 def test_restart_keeps_exact_cpus_and_answers_sync_without_updates(tmp_path: Path) -> None:
@@ -77,9 +78,9 @@ def test_restart_keeps_exact_cpus_and_answers_sync_without_updates(tmp_path: Pat
         before = exclusive_cpus(rt)
         plugin, problems = await second_life(tmp_path, rt)
         assert problems == []
-        assert check(plugin.engine, rt, live_uids(rt), before) == []
+        assert check(plugin.ledger.engine, rt, live_uids(rt), before) == []
         assert rt.sync_updates == 0
-        assert len(plugin.pods()) == 3
+        assert len(plugin.ledger.pods()) == 3
 
     asyncio.run(main())
 
@@ -98,10 +99,10 @@ def test_changes_while_away_are_reconciled(tmp_path: Path) -> None:
         before = exclusive_cpus(rt)
         plugin, problems = await second_life(tmp_path, rt)
         assert problems == []
-        assert check(plugin.engine, rt, live_uids(rt), before) == []
+        assert check(plugin.ledger.engine, rt, live_uids(rt), before) == []
         assert len(rt.cpus_of(pod, "main-app")) == 2
         assert rt.applied(pod, "main-app").quota == -1
-        assert {v.name for v in plugin.pods()} == {p.name for p in rt.pods.values()}
+        assert {v.name for v in plugin.ledger.pods()} == {p.name for p in rt.pods.values()}
 
     asyncio.run(main())
 
@@ -116,7 +117,7 @@ def test_checkpoint_deleted_rebuilds_from_the_runtime(tmp_path: Path) -> None:
         (tmp_path / "state" / "state.json").unlink()
         plugin, problems = await second_life(tmp_path, rt)
         assert problems == []
-        assert {v.uid for v in plugin.pods()} == live_uids(rt)
+        assert {v.uid for v in plugin.ledger.pods()} == live_uids(rt)
         after = exclusive_cpus(rt)
         assert {cid: len(c) for cid, c in after.items()} == {
             cid: len(c) for cid, c in before.items()
@@ -133,7 +134,7 @@ def test_checkpoint_corrupted_is_kept_aside_and_rebuilt(tmp_path: Path) -> None:
         plugin, problems = await second_life(tmp_path, rt)
         assert problems == []
         assert list((tmp_path / "state").glob("state.json.corrupt-*"))
-        assert {v.uid for v in plugin.pods()} == live_uids(rt)
+        assert {v.uid for v in plugin.ledger.pods()} == live_uids(rt)
 
     asyncio.run(main())
 
@@ -154,7 +155,7 @@ def test_checkpoint_from_a_newer_version_with_unknown_fields(tmp_path: Path) -> 
         store.save(data)
         plugin, problems = await second_life(tmp_path, rt)
         assert problems == []
-        assert check(plugin.engine, rt, live_uids(rt), before) == []
+        assert check(plugin.ledger.engine, rt, live_uids(rt), before) == []
         assert not list((tmp_path / "state").glob("state.json.corrupt-*"))
 
     asyncio.run(main())
@@ -167,28 +168,31 @@ def test_failed_checkpoint_write_fails_the_request_and_rolls_back(tmp_path: Path
 
     async def main() -> None:
         plugin = new_plugin(tmp_path / "state")
-        journal, store = plugin.journal, plugin.store
+        journal, store = plugin.ledger.persistence.journal, plugin.ledger.persistence.store
         assert journal is not None and store is not None
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
             rt = s.runtime
             await rt.launch(manifest("besteffort"))
             mixed = manifest("pod-scope-mixed")
             pod = await rt.run_pod(mixed)
-            saved = plugin.state()
+            saved = plugin.ledger.snapshot()
             journal.close()
             journal._fd = os.open("/dev/full", os.O_WRONLY)  # every append: ENOSPC
             (tmp_path / "not-a-dir").write_text("a file where a directory should be")
-            plugin.store = CheckpointStore(tmp_path / "not-a-dir" / "state")
+            plugin.ledger.persistence.store = CheckpointStore(tmp_path / "not-a-dir" / "state")
             with pytest.raises(TtrpcError, match=r"decision not applied: journal .*journal.jsonl"):
                 await rt.create(pod, mixed, mixed.init_containers[0])
-            assert plugin.state() == saved
+            assert plugin.ledger.snapshot() == saved
             with pytest.raises(TtrpcError, match=r"decision not applied: .*not-a-dir"):
                 await rt.run_pod(manifest("tightly-coupled-database"))
-            assert plugin.state() == saved
-            plugin.store = store
+            assert plugin.ledger.snapshot() == saved
+            plugin.ledger.persistence.store = store
             await rt.create(pod, mixed, mixed.init_containers[0])
             assert journal.broken is None and journal.is_open
         restarted = new_plugin(tmp_path / "state")
-        assert restarted.state()["engine"]["cpu"] == plugin.state()["engine"]["cpu"]
+        assert (
+            restarted.ledger.snapshot()["engine"]["cpu"]
+            == plugin.ledger.snapshot()["engine"]["cpu"]
+        )
 
     asyncio.run(main())

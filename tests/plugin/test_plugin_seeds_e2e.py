@@ -17,6 +17,7 @@ from nri_plrm.config import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AssignmentType, PodSpec
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
 from nri_plrm.topology.machines import MACHINES
@@ -50,8 +51,7 @@ def run(
     whole_pod: tuple[PodSpec, ...] = (),
 ) -> Plugin:
     plugin = Plugin(
-        new_engine(config_text),
-        store=CheckpointStore(tmp_path / "state"),
+        NodeLedger(new_engine(config_text), store=CheckpointStore(tmp_path / "state")),
         pod_specs=StaticPodSpecSource(whole_pod) if whole_pod else None,
     )
 
@@ -60,7 +60,7 @@ def run(
             await body(session, plugin)
 
     asyncio.run(main())
-    assert plugin.engine.verify() == []
+    assert plugin.ledger.engine.verify() == []
     return plugin
 
 
@@ -108,7 +108,7 @@ def test_pod_scope_mixed(tmp_path: Path, whole: bool) -> None:
         want = reference(POD_SCOPE, spec)
         for c in spec.all_containers():
             assert rt.cpus_of(pod, c.name) == want.assignment(spec.uid, c.name).cpus  # type: ignore[union-attr]
-        (view,) = plugin.pods()
+        (view,) = plugin.ledger.pods()
         assert view.cpus == main_cpus | pool
         kinds = {c.name: c.assignment.assignment for c in view.containers if c.assignment}
         assert kinds["main-app"] is AssignmentType.POD_EXCLUSIVE
@@ -123,7 +123,7 @@ def test_empty_shared_pool_is_rejected_and_nothing_leaks(tmp_path: Path, whole: 
 
     async def body(s: Session, plugin: Plugin) -> None:
         rt = s.runtime
-        free_before = plugin.engine.node_shared_pool()
+        free_before = plugin.ledger.engine.node_shared_pool()
         if whole:
             with pytest.raises(TtrpcError) as err:
                 await rt.run_pod(spec)
@@ -140,8 +140,8 @@ def test_empty_shared_pool_is_rejected_and_nothing_leaks(tmp_path: Path, whole: 
             assert "main-app" in str(err.value)
             await rt.remove_pod(pod)
             await rt.settle()
-        assert plugin.engine.node_shared_pool() == free_before
-        assert plugin.pods() == ()
+        assert plugin.ledger.engine.node_shared_pool() == free_before
+        assert plugin.ledger.pods() == ()
 
     run(tmp_path, POD_SCOPE, body, whole_pod=(spec,) if whole else ())
 
@@ -155,7 +155,7 @@ def test_container_scope_mixed(tmp_path: Path, whole: bool) -> None:
         pod = await rt.launch(spec)
         infra = rt.applied(pod, "infrastructure-sidecar")
         assert len(CPUSet.parse(infra.cpus)) == 2 and infra.quota == -1
-        node_pool = plugin.engine.node_shared_pool()
+        node_pool = plugin.ledger.engine.node_shared_pool()
         for worker in ("worker-1", "worker-2"):
             assert rt.cpus_of(pod, worker) == node_pool
             assert rt.applied(pod, worker).quota == 400000
@@ -165,7 +165,7 @@ def test_container_scope_mixed(tmp_path: Path, whole: bool) -> None:
             rt.cpus_of(pod, "infrastructure-sidecar")
             == want.assignment(spec.uid, "infrastructure-sidecar").cpus
         )  # type: ignore[union-attr]
-        (view,) = plugin.pods()
+        (view,) = plugin.ledger.pods()
         assert view.cpus == CPUSet()
 
     run(tmp_path, CONTAINER_SCOPE, body, whole_pod=(spec,) if whole else ())
@@ -200,7 +200,7 @@ def test_ml_workload_container_scope(tmp_path: Path, whole: bool) -> None:
         ml = rt.applied(pod, "ml-training")
         assert len(CPUSet.parse(ml.cpus)) == 3 and ml.quota == -1
         assert len(numa_of(CPUSet.parse(ml.cpus))) == 1
-        assert rt.cpus_of(pod, "service-mesh-sidecar") == plugin.engine.node_shared_pool()
+        assert rt.cpus_of(pod, "service-mesh-sidecar") == plugin.ledger.engine.node_shared_pool()
 
     run(tmp_path, CONTAINER_SCOPE, body, whole_pod=(spec,) if whole else ())
 
@@ -215,26 +215,26 @@ def test_mixed_with_classic_and_best_effort_pods(tmp_path: Path) -> None:
     async def body(s: Session, plugin: Plugin) -> None:
         rt: FakeRuntime = s.runtime
         be = await rt.launch(best)
-        node_pool = plugin.engine.node_shared_pool()
+        node_pool = plugin.ledger.engine.node_shared_pool()
         assert rt.cpus_of(be, "batch") == node_pool
         cg = await rt.launch(classic)
         await rt.settle()
         web, cache = rt.cpus_of(cg, "web"), rt.cpus_of(cg, "cache")
         assert len(web) == 2 and len(cache) == 1 and not web & cache
         assert rt.applied(cg, "web").quota == -1
-        shrunk = plugin.engine.node_shared_pool()
+        shrunk = plugin.ledger.engine.node_shared_pool()
         assert len(shrunk) == len(node_pool) - 3
         assert rt.cpus_of(be, "batch") == shrunk
         pm = await rt.launch(mixed)
         await rt.settle()
-        assert rt.cpus_of(be, "batch") == plugin.engine.node_shared_pool()
+        assert rt.cpus_of(be, "batch") == plugin.ledger.engine.node_shared_pool()
         taken = rt.cpus_of(pm, "main-app") | rt.cpus_of(pm, "metrics-sidecar")
         assert not taken & (web | cache)
         before = len(s.sim.unsolicited)
         await rt.remove_pod(cg)
         await rt.settle()
         assert len(s.sim.unsolicited) > before
-        assert rt.cpus_of(be, "batch") == plugin.engine.node_shared_pool()
+        assert rt.cpus_of(be, "batch") == plugin.ledger.engine.node_shared_pool()
         assert web | cache <= rt.cpus_of(be, "batch")
 
     run(tmp_path, POD_SCOPE, body)
@@ -270,9 +270,9 @@ def test_stop_container_twice_is_idempotent(tmp_path: Path) -> None:
         rt = s.runtime
         pod = await rt.launch(spec)
         cid = rt.id_of(pod, "migrate-schema")
-        state = plugin.state()
+        state = plugin.ledger.snapshot()
         await rt.stop(cid)
-        assert plugin.state()["engine"]["cpu"] == state["engine"]["cpu"]
+        assert plugin.ledger.snapshot()["engine"]["cpu"] == state["engine"]["cpu"]
 
     run(tmp_path, POD_SCOPE, body)
 
@@ -281,8 +281,8 @@ def test_containerd_2_1_state_change_events(tmp_path: Path) -> None:
     """NRI v0.8 (containerd 2.0/2.1): pod events arrive through StateChange, the event mask
     must stay within 0x7FF; the pod-scope-mixed result is the same."""
     spec = manifest("pod-scope-mixed")
-    plugin = Plugin(new_engine(POD_SCOPE), store=CheckpointStore(tmp_path / "state"))
-    plugin.restore()
+    plugin = Plugin(NodeLedger(new_engine(POD_SCOPE), store=CheckpointStore(tmp_path / "state")))
+    plugin.ledger.open()
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock"), nri_version="v0.8.0") as s:
@@ -294,7 +294,7 @@ def test_containerd_2_1_state_change_events(tmp_path: Path) -> None:
             assert any(r.method == "StateChange" for r in s.sim.records)
             await s.runtime.remove_pod(pod)
             await s.runtime.settle()
-        assert plugin.pods() == ()
+        assert plugin.ledger.pods() == ()
 
     asyncio.run(main())
 
@@ -314,7 +314,9 @@ def test_whole_pod_admission_shrink_reaches_node_shared_containers(tmp_path: Pat
         (update,) = [u for u in resp.update if u.container_id == rt.id_of(be, "batch")]
         narrow = CPUSet.parse(update.linux.resources.cpu.cpus)
         assert (
-            narrow == plugin.engine.node_shared_pool() == wide - plugin.engine.pod_cpus(mixed.uid)
+            narrow
+            == plugin.ledger.engine.node_shared_pool()
+            == wide - plugin.ledger.engine.pod_cpus(mixed.uid)
         )  # type: ignore[operator]
         assert rt.cpus_of(be, "batch") == narrow
 

@@ -19,6 +19,7 @@ from nri_plrm.config import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import TOPOLOGY_AFFINITY_ERROR, AdmissionError, PodSpec
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.client import load_kube_config, new_client
@@ -93,8 +94,9 @@ def run(
         )
         events = EventRecorder(client, NODE, metrics=metrics, logger=log)
         plugin = Plugin(
-            new_engine(config_text),
-            store=CheckpointStore(tmp_path / "state"),
+            NodeLedger(
+                new_engine(config_text), store=CheckpointStore(tmp_path / "state"), observer=metrics
+            ),
             pod_specs=cache,
             events=events,
             metrics=metrics,
@@ -111,7 +113,7 @@ def run(
             await events.stop()
             await cache.stop()
             await fk.stop()
-        assert plugin.engine.verify() == []
+        assert plugin.ledger.engine.verify() == []
         state["plugin"] = plugin
 
     state: dict[str, Plugin] = {}
@@ -132,13 +134,13 @@ def test_empty_shared_pool_is_refused_at_sandbox_creation_with_an_event(tmp_path
 
     async def body(w: World) -> None:
         rt = w.session.runtime
-        free_before = w.plugin.engine.node_shared_pool()
+        free_before = w.plugin.ledger.engine.node_shared_pool()
         with pytest.raises(TtrpcError) as err:
             await rt.run_pod(spec)
         assert f"{want.reason}: {want.message}" in str(err.value)
-        assert w.plugin.engine.node_shared_pool() == free_before
-        assert w.plugin.engine.pod_cpus(spec.uid) is None
-        assert w.plugin.pods() == ()
+        assert w.plugin.ledger.engine.node_shared_pool() == free_before
+        assert w.plugin.ledger.engine.pod_cpus(spec.uid) is None
+        assert w.plugin.ledger.pods() == ()
         await w.events.drain()
         (event,) = w.kube.events
         assert event["reason"] == want.reason
@@ -182,7 +184,7 @@ def test_seed_pods_get_the_kubelets_cpusets(tmp_path: Path, name: str, config_te
             assert rt.cpus_of(pod, c.name) == expected.cpus, c.name
             applied = rt.applied(pod, c.name)
             assert (applied.quota == -1) == expected.exclusive, c.name
-        (view,) = w.plugin.pods()
+        (view,) = w.plugin.ledger.pods()
         assert all(c.kind is not None for c in view.containers)  # decided from the full spec
         assert view.cpus == (want.pod_cpus(spec.uid) or CPUSet())
         assert w.kube.events == []
@@ -209,7 +211,7 @@ def test_a_pod_reaching_the_cache_during_the_lookup_is_waited_for(tmp_path: Path
         for c in spec.all_containers():
             expected = want.assignment(spec.uid, c.name)
             assert expected is not None and rt.cpus_of(pod, c.name) == expected.cpus
-        (view,) = w.plugin.pods()
+        (view,) = w.plugin.ledger.pods()
         assert all(c.kind is not None for c in view.containers)
         assert fallbacks(w.metrics, "not_found") == 0
 
@@ -232,7 +234,7 @@ def test_api_unreachable_keeps_nri_only_and_says_so_once(
         for c in mixed.all_containers():
             expected = want.assignment(mixed.uid, c.name)
             assert expected is not None and rt.cpus_of(pod, c.name) == expected.cpus
-        (view,) = w.plugin.pods()
+        (view,) = w.plugin.ledger.pods()
         assert all(c.kind is None for c in view.containers)  # inferred from NRI data
         # NRI-only: the empty pool is only seen when main-app is created.
         bad = await rt.run_pod(empty)

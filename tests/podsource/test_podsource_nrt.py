@@ -24,6 +24,7 @@ from nri_plrm.config import parse_config
 from nri_plrm.engine.availability import NumaAvailability, free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import PodSpec
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.client import load_kube_config, new_client
@@ -214,15 +215,18 @@ async def start_plugin(
     cache = KubePodCache(client, NODE, metrics=metrics, logger=log, backoff=Backoff(0.01, 0.05))
     exporter = exporter_for(fk.url, tmp_path, metrics, interval)
     plugin = Plugin(
-        new_engine(),
-        store=CheckpointStore(tmp_path / "state"),
+        NodeLedger(
+            new_engine(),
+            store=CheckpointStore(tmp_path / "state"),
+            observer=metrics,
+            on_change=exporter.mark_dirty,
+        ),
         pod_specs=cache,
         metrics=metrics,
         lookup_timeout=1.0,
-        on_change=exporter.mark_dirty,
     )
-    plugin.restore()
-    exporter.attach(lambda: free_per_numa(plugin.engine))
+    plugin.ledger.open()
+    exporter.attach(lambda: free_per_numa(plugin.ledger.engine))
     cache.start()
     exporter.start()
     assert await cache.wait_synced(5)
@@ -256,7 +260,7 @@ def test_object_after_admissions_releases_and_a_restart(tmp_path: Path) -> None:
                 await rt.settle()
                 await exporter.settled()
                 assert published(fk) == expected_object(free_per_numa(want), uid), name
-                assert free_per_numa(plugin.engine) == free_per_numa(want)
+                assert free_per_numa(plugin.ledger.engine) == free_per_numa(want)
             # the numbers `simulate` prints for the same pods
             assert published(fk) == expected_object(simulated.free, uid)
             await rt.remove_pod(pods["tightly-coupled-database"])
@@ -281,7 +285,7 @@ def test_object_after_admissions_releases_and_a_restart(tmp_path: Path) -> None:
             await rt.settle()
             await exporter2.settled()
             assert published(fk) == expected_object(free_per_numa(want), uid)
-            assert free_per_numa(plugin2.engine) == free_per_numa(want)
+            assert free_per_numa(plugin2.ledger.engine) == free_per_numa(want)
         # the restarted exporter read the object back and found it current: no write
         assert len(fk.nrt_writes) == written_before_restart
         await exporter2.stop()

@@ -30,6 +30,7 @@ from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
 from nri_plrm.config import Config, ConfigError, parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
@@ -147,8 +148,8 @@ def test_socket_modes_other_than_0600_and_0660_are_refused(mode: str) -> None:
 def populated_plugin(state: Path) -> Plugin:
     """A plugin on ``state`` holding one pod-level pod (decisions checkpointed/journaled)."""
     engine = Engine(MACHINES["default"], parse_config(POD_SCOPE).engine_config())
-    plugin = Plugin(engine, store=CheckpointStore(state))
-    plugin.restore()
+    plugin = Plugin(NodeLedger(engine, store=CheckpointStore(state)))
+    plugin.ledger.open()
     spec = mixed_pod("victim")
 
     async def fill() -> None:
@@ -174,7 +175,7 @@ def life(plugin: Plugin) -> None:
         await plugin.run_pod_sandbox(sandbox)
 
     asyncio.run(go())
-    plugin.compact()
+    plugin.ledger.compact()
 
 
 PLANTED = [
@@ -202,13 +203,13 @@ def test_planted_symlinks_are_never_followed(tmp_path: Path, name: str) -> None:
     os.symlink(victim, state / name)
 
     engine = Engine(MACHINES["default"], parse_config(POD_SCOPE).engine_config())
-    plugin = Plugin(engine, store=CheckpointStore(state))
-    plugin.restore()
-    assert "victim" not in plugin.engine.pods()
+    plugin = Plugin(NodeLedger(engine, store=CheckpointStore(state)))
+    plugin.ledger.open()
+    assert "victim" not in plugin.ledger.engine.pods()
     life(plugin)
     assert victim.read_bytes() == original
-    assert "victim" not in plugin.engine.pods()
-    assert plugin.engine.verify() == []
+    assert "victim" not in plugin.ledger.engine.pods()
+    assert plugin.ledger.engine.verify() == []
     links = [p for p in state.iterdir() if p.is_symlink()]
     for link in links:  # a link may stay (moved aside or unused), never be written through
         assert os.readlink(link) == str(victim)
@@ -220,15 +221,15 @@ def test_fifo_in_the_state_directory_does_not_block_start_up(tmp_path: Path, nam
     state.mkdir(mode=0o700)
     os.mkfifo(state / name, 0o600)
     engine = Engine(MACHINES["default"], parse_config(POD_SCOPE).engine_config())
-    plugin = Plugin(engine, store=CheckpointStore(state))
+    plugin = Plugin(NodeLedger(engine, store=CheckpointStore(state)))
     outcome: list[object] = []
-    worker = threading.Thread(target=lambda: outcome.append(plugin.restore()), daemon=True)
+    worker = threading.Thread(target=lambda: outcome.append(plugin.ledger.open()), daemon=True)
     worker.start()
     worker.join(timeout=10)
     assert not worker.is_alive(), f"start-up blocked opening the FIFO {state / name}"
     assert outcome and isinstance(outcome[0], str) and name in outcome[0]
     life(plugin)
-    assert plugin.engine.verify() == []
+    assert plugin.ledger.engine.verify() == []
 
 
 def test_symlinked_state_directory_is_refused(tmp_path: Path) -> None:
@@ -237,7 +238,7 @@ def test_symlinked_state_directory_is_refused(tmp_path: Path) -> None:
     link = tmp_path / "state"
     link.symlink_to(real)
     engine = Engine(MACHINES["default"], parse_config(POD_SCOPE).engine_config())
-    plugin = Plugin(engine, store=CheckpointStore(link))
+    plugin = Plugin(NodeLedger(engine, store=CheckpointStore(link)))
     with pytest.raises(CheckpointError, match="symlink"):
-        plugin.restore()
+        plugin.ledger.open()
     assert list(real.iterdir()) == []

@@ -64,15 +64,18 @@ def prepare(tmp: Path, extra: str = "") -> Path:
 
 def checkpointed_engine(tmp: Path) -> Engine:
     """The engine as the plugin's durable state (checkpoint + journal) describes it."""
+    from nri_plrm.ledger import NodeLedger
     from nri_plrm.plugin import Plugin
 
     cfg = parse_config(config_text(tmp))
     plugin = Plugin(
-        Engine(MACHINES[MACHINE], cfg.engine_config()), store=CheckpointStore(tmp / "state")
+        NodeLedger(
+            Engine(MACHINES[MACHINE], cfg.engine_config()), store=CheckpointStore(tmp / "state")
+        )
     )
-    problem = plugin.load()
+    problem = plugin.ledger.load()
     assert problem is None, f"durable state unusable: {problem}"
-    return plugin.engine
+    return plugin.ledger.engine
 
 
 def serve(config: str, log: str) -> None:

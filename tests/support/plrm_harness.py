@@ -65,4 +65,4 @@ async def serve(
             await asyncio.wait_for(task, 5)
         await sim.close()
         if clean_stop:
-            plugin.close()
+            plugin.ledger.close()

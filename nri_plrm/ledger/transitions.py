@@ -1,0 +1,168 @@
+"""The replayable transitions: every change of the engine and the tables goes through one.
+
+Each transition applies a decision and returns the journal record (``Op``) that replays it;
+:meth:`Transitions.replay` applies a record read back from the journal through the same code,
+so a restarted plugin reaches the same state (the engine is deterministic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nri_plrm.engine.facade import Changes, Engine
+from nri_plrm.engine.spec import AdmissionError, ContainerAssignment, ContainerSpec, PodSpec
+from nri_plrm.engine.spec_json import (
+    container_from_dict,
+    container_to_dict,
+    spec_from_dict,
+    spec_to_dict,
+)
+from nri_plrm.ledger.tables import PodRecord, Tables
+from nri_plrm.translate.nri_to_pod import PodIntent, intent_from_dict, intent_to_dict
+
+Op = dict[str, Any]
+"""One journal record: a decision's inputs, replayable through the engine."""
+
+
+class Transitions:
+    """The engine and the tables, changed only by the methods below.
+
+    ``changed_pods`` collects the uids whose containers' assignments may have changed since the
+    owner last emptied it (the read model rebuilds those pods).
+    """
+
+    def __init__(self, engine: Engine, tables: Tables | None = None) -> None:
+        self.engine = engine
+        self.tables = tables or Tables()
+        self.changed_pods: set[str] = set()
+
+    def _changed(self, uid: str, changes: Changes) -> Changes:
+        self.changed_pods.add(uid)
+        self.changed_pods.update(u for u, _ in changes)
+        return changes
+
+    def admit(
+        self, uid: str, sandbox_id: str, intent: PodIntent, spec: PodSpec | None
+    ) -> tuple[PodRecord, Changes, Op]:
+        """Admit a pod: whole when ``spec`` is known, else by its NRI intent (budget only).
+        Raises ``AdmissionError``; nothing changes then."""
+        if spec is not None:
+            changes = self.engine.admit_pod(spec)
+        else:
+            changes = self.engine.admit_sandbox(intent.spec, intent.aggregate)
+        record = PodRecord(intent=intent, sandbox_id=sandbox_id, spec=spec)
+        self.tables.pods[uid] = record
+        op: Op = {
+            "op": "admit",
+            "uid": uid,
+            "sandbox": sandbox_id,
+            "intent": intent_to_dict(intent),
+        }
+        op["spec"] = None if spec is None else spec_to_dict(spec)
+        return record, self._changed(uid, changes), op
+
+    def move_sandbox(self, uid: str, sandbox_id: str) -> Op:
+        """The pod lives on in a new sandbox (the kubelet recreated a dead one)."""
+        self.tables.pods[uid].sandbox_id = sandbox_id
+        return {"op": "sandbox", "uid": uid, "sandbox": sandbox_id}
+
+    def leave_unmanaged(self, uid: str, sandbox_id: str, intent: PodIntent) -> Op:
+        """Track an existing pod that could not be placed, without resources."""
+        self.tables.pods[uid] = PodRecord(intent=intent, sandbox_id=sandbox_id, managed=False)
+        self.changed_pods.add(uid)
+        return {
+            "op": "unmanaged",
+            "uid": uid,
+            "sandbox": sandbox_id,
+            "intent": intent_to_dict(intent),
+        }
+
+    def place(
+        self, uid: str, name: str, cid: str, cspec: ContainerSpec
+    ) -> tuple[ContainerAssignment, Changes, Op]:
+        """Place a container of an admitted pod. Raises ``AdmissionError``; nothing changes
+        then (a container id it replaced is restored)."""
+        tables = self.tables
+        record = tables.pods[uid]
+        previous = record.containers.get(name)
+        record.containers[name] = cid
+        if previous is not None and previous != cid:
+            tables.ids.pop(previous, None)
+        tables.ids[cid] = (uid, name)
+        try:
+            assignment, changes = self.engine.add_container(record.pod_spec, cspec)
+        except AdmissionError:
+            tables.ids.pop(cid, None)
+            del record.containers[name]
+            if previous is not None and previous != cid:
+                record.containers[name] = previous
+                tables.ids[previous] = (uid, name)
+            raise
+        op: Op = {
+            "op": "place",
+            "uid": uid,
+            "name": name,
+            "cid": cid,
+            "container": container_to_dict(cspec),
+        }
+        return assignment, self._changed(uid, changes), op
+
+    def stop(self, uid: str, name: str) -> tuple[Changes, Op]:
+        """The container exited: what it held exclusively becomes reusable."""
+        changes = self.engine.stop_container(uid, name)
+        return self._changed(uid, changes), {"op": "stop", "uid": uid, "name": name}
+
+    def remove_container(self, cid: str) -> tuple[Changes, Op]:
+        """Forget a container and release what it holds."""
+        op: Op = {"op": "remove", "cid": cid}
+        key = self.tables.ids.pop(cid, None)
+        if key is None:
+            return {}, op
+        uid, name = key
+        record = self.tables.pods.get(uid)
+        if record is not None and record.containers.get(name) == cid:
+            del record.containers[name]
+        return self._changed(uid, self.engine.remove_container(uid, name)), op
+
+    def remove_pod(self, uid: str) -> tuple[PodRecord | None, Changes, Op]:
+        """Forget a pod and release everything it holds."""
+        op: Op = {"op": "remove_pod", "uid": uid}
+        record = self.tables.pods.pop(uid, None)
+        if record is None:
+            return None, {}, op
+        for cid in record.containers.values():
+            self.tables.ids.pop(cid, None)
+        return record, self._changed(uid, self.engine.remove_pod(uid)), op
+
+    def replay(self, op: Mapping[str, Any]) -> None:
+        """Apply a journal record; raises ``AdmissionError``, KeyError, TypeError or
+        ValueError when it does not apply."""
+        kind = op.get("op")
+        if kind == "admit":
+            spec = op.get("spec")
+            self.admit(
+                str(op["uid"]),
+                str(op["sandbox"]),
+                intent_from_dict(op["intent"]),
+                None if spec is None else spec_from_dict(spec),
+            )
+        elif kind == "sandbox":
+            self.move_sandbox(str(op["uid"]), str(op["sandbox"]))
+        elif kind == "unmanaged":
+            self.leave_unmanaged(str(op["uid"]), str(op["sandbox"]), intent_from_dict(op["intent"]))
+        elif kind == "place":
+            self.place(
+                str(op["uid"]),
+                str(op["name"]),
+                str(op["cid"]),
+                container_from_dict(op["container"]),
+            )
+        elif kind == "stop":
+            self.stop(str(op["uid"]), str(op["name"]))
+        elif kind == "remove":
+            self.remove_container(str(op["cid"]))
+        elif kind == "remove_pod":
+            self.remove_pod(str(op["uid"]))
+        else:
+            raise ValueError(f"unknown operation {kind!r}")
