@@ -24,10 +24,26 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nri_plrm.cpuset import CPUSet, CPUSetError
-from nri_plrm.engine.cpu_manager import CPUManagerConfig
+from nri_plrm.engine.cpu_manager import (
+    ALIGN_BY_SOCKET,
+    OPTION_MATURITY,
+    CPUManagerConfig,
+    CPUManagerConfigError,
+    align_by_socket_hardware_problem,
+    align_by_socket_policy_problem,
+    incompatible_options,
+    parse_option_value,
+)
 from nri_plrm.engine.facade import EngineConfig
 from nri_plrm.engine.memory_manager import MemoryManagerConfig
-from nri_plrm.engine.topology_manager import TopologyManagerConfig
+from nri_plrm.engine.topology_manager import (
+    DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
+    OPTION_MAX_ALLOWABLE,
+    OPTION_PREFER_CLOSEST,
+    TopologyManagerConfig,
+    TopologyManagerConfigError,
+    parse_policy_option,
+)
 from nri_plrm.quantity import QuantityError, format_bytes, memory_bytes
 from nri_plrm.topology.model import Topology
 
@@ -49,34 +65,7 @@ TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 POD_LEVEL_POLICIES = ("best-effort", "restricted", "single-numa-node")
 """The policies under which the kubelet applies pod-level resource managers (KEP-5526)."""
 TOPOLOGY_SCOPES = ("container", "pod")
-TM_PREFER_CLOSEST = "prefer-closest-numa-nodes"
-TM_MAX_ALLOWABLE = "max-allowable-numa-nodes"
-DEFAULT_MAX_ALLOWABLE_NUMA_NODES = 8
-
-FULL_PCPUS_ONLY = "full-pcpus-only"
-DISTRIBUTE_ACROSS_NUMA = "distribute-cpus-across-numa"
-ALIGN_BY_SOCKET = "align-by-socket"
-DISTRIBUTE_ACROSS_CORES = "distribute-cpus-across-cores"
-STRICT_CPU_RESERVATION = "strict-cpu-reservation"
-ALIGN_BY_UNCORE_CACHE = "prefer-align-cpus-by-uncorecache"
-
-CPU_OPTION_MATURITY: Mapping[str, str] = {
-    FULL_PCPUS_ONLY: "ga",
-    DISTRIBUTE_ACROSS_NUMA: "beta",
-    ALIGN_BY_SOCKET: "alpha",
-    DISTRIBUTE_ACROSS_CORES: "alpha",
-    STRICT_CPU_RESERVATION: "ga",
-    ALIGN_BY_UNCORE_CACHE: "ga",
-}
-"""The kubelet's static policy options (v1.36) and their maturity."""
-
-INCOMPATIBLE_CPU_OPTIONS: tuple[tuple[str, str], ...] = (
-    (FULL_PCPUS_ONLY, DISTRIBUTE_ACROSS_CORES),
-    (DISTRIBUTE_ACROSS_NUMA, DISTRIBUTE_ACROSS_CORES),
-    (ALIGN_BY_UNCORE_CACHE, DISTRIBUTE_ACROSS_CORES),
-    (ALIGN_BY_UNCORE_CACHE, DISTRIBUTE_ACROSS_NUMA),
-)
-
+TM_OPTIONS = (OPTION_PREFER_CLOSEST, OPTION_MAX_ALLOWABLE)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 LIVE_KEYS = frozenset({"log.level", "log.format"})
@@ -84,8 +73,6 @@ LIVE_KEYS = frozenset({"log.level", "log.format"})
 
 _PLUGIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HUGEPAGES_KEY = re.compile(r"^hugepages-(.+)$")
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 class ConfigError(Exception):
@@ -372,7 +359,7 @@ def validate_for_topology(config: Config, topology: Topology) -> None:
     tm = config.topology_manager
     if tm.policy != "none" and topology.num_numa_nodes > tm.max_allowable_numa_nodes:
         errors.append(
-            f"topology_manager.options.{TM_MAX_ALLOWABLE}: {tm.max_allowable_numa_nodes}: "
+            f"topology_manager.options.{OPTION_MAX_ALLOWABLE}: {tm.max_allowable_numa_nodes}: "
             f"unsupported on machines with more than {tm.max_allowable_numa_nodes} NUMA Nodes "
             f"(this machine has {topology.num_numa_nodes})"
         )
@@ -394,11 +381,9 @@ def validate_for_topology(config: Config, topology: Topology) -> None:
             f"cpu_manager.reserved_cpu_count: {cm.reserved_cpu_count}: must be less than the "
             f"{topology.num_cpus} online CPUs"
         )
-    if cm.option(ALIGN_BY_SOCKET) and topology.num_sockets > topology.num_numa_nodes:
-        errors.append(
-            f"cpu_manager.options.{ALIGN_BY_SOCKET}: true: Align by socket is not compatible "
-            "with hardware where number of sockets are more than number of NUMA"
-        )
+    problem = align_by_socket_hardware_problem(topology)
+    if cm.option(ALIGN_BY_SOCKET) and problem is not None:
+        errors.append(f"cpu_manager.options.{ALIGN_BY_SOCKET}: true: {problem}")
     for i, entry in enumerate(config.memory_manager.reserved_memory):
         key = f"memory_manager.reserved_memory[{i}]"
         if entry.numa_node not in topology.numa_nodes:
@@ -502,13 +487,9 @@ class _Parser:
             memory_manager=self._memory_manager(tables["memory_manager"]),
             source=self.source,
         )
-        if cm.option(ALIGN_BY_SOCKET) and tm.policy == "single-numa-node":
-            self.error(
-                f"cpu_manager.options.{ALIGN_BY_SOCKET}",
-                True,
-                "Topolgy manager single-numa-node policy is incompatible with CPUManager "
-                "align-by-socket policy option",
-            )
+        problem = align_by_socket_policy_problem(tm.policy)
+        if cm.option(ALIGN_BY_SOCKET) and problem is not None:
+            self.error(f"cpu_manager.options.{ALIGN_BY_SOCKET}", True, problem)
         lookup, budget = config.kubernetes.lookup_timeout, config.nri.request_timeout
         if isinstance(lookup, float) and isinstance(budget, float) and lookup >= budget:
             self.error(
@@ -675,37 +656,17 @@ class _Parser:
         if not isinstance(options, Mapping):
             self.error("topology_manager.options", options, "must be a table of option = value")
             return settings
-        prefer = settings.prefer_closest_numa_nodes
-        max_nodes = settings.max_allowable_numa_nodes
+        parsed: dict[str, Any] = {}
         for name, value in options.items():
             key = f"topology_manager.options.{name}"
-            if name == TM_PREFER_CLOSEST:
-                parsed = _go_bool(value)
-                if parsed is None:
-                    self.error(
-                        key, value, f"bad value for option {_q(name)}: must be true or false"
-                    )
-                else:
-                    prefer = parsed
-            elif name == TM_MAX_ALLOWABLE:
-                number = _go_int(value)
-                if number is None:
-                    self.error(key, value, f"unable to convert policy option to integer {_q(name)}")
-                elif number < DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
-                    self.error(
-                        key,
-                        value,
-                        f'the minimum value of "{TM_MAX_ALLOWABLE}" should not be less than '
-                        f"{DEFAULT_MAX_ALLOWABLE_NUMA_NODES}",
-                    )
-                else:
-                    max_nodes = number
-            else:
-                hint = _did_you_mean(name, (TM_PREFER_CLOSEST, TM_MAX_ALLOWABLE))
-                self.error(key, value, f"unknown Topology Manager Policy option: {_q(name)}{hint}")
-        return dataclasses.replace(
-            settings, prefer_closest_numa_nodes=prefer, max_allowable_numa_nodes=max_nodes
-        )
+            try:
+                field_name, option = parse_policy_option(name, value)
+            except TopologyManagerConfigError as err:
+                hint = "" if name in TM_OPTIONS else _did_you_mean(name, TM_OPTIONS)
+                self.error(key, value, f"{err}{hint}")
+                continue
+            parsed[field_name] = option
+        return dataclasses.replace(settings, **parsed)
 
     def _cpu_manager(self, table: Mapping[str, Any]) -> CPUManagerSettings:
         settings = self._table(
@@ -737,14 +698,15 @@ class _Parser:
         options: set[str] = set()
         for name, value in options_raw.items():
             key = f"cpu_manager.options.{name}"
-            maturity = CPU_OPTION_MATURITY.get(name)
+            maturity = OPTION_MATURITY.get(name)
             if maturity is None:
-                hint = _did_you_mean(name, CPU_OPTION_MATURITY)
+                hint = _did_you_mean(name, OPTION_MATURITY)
                 self.error(key, value, f"unknown CPU Manager Policy option: {_q(name)}{hint}")
                 continue
-            parsed = _go_bool(value)
-            if parsed is None:
-                self.error(key, value, f"bad value for option {_q(name)}: must be true or false")
+            try:
+                parsed = parse_option_value(name, value)
+            except CPUManagerConfigError as err:
+                self.error(key, value, str(err))
                 continue
             if maturity == "alpha" and not settings.enable_alpha_options:
                 self.error(
@@ -764,13 +726,8 @@ class _Parser:
                 continue
             if parsed:
                 options.add(name)
-        for a, b in INCOMPATIBLE_CPU_OPTIONS:
-            if a in options and b in options:
-                self.error(
-                    f"cpu_manager.options.{b}",
-                    True,
-                    f"static policy options {a} and {b} can not be used at the same time",
-                )
+        for option, refusal in incompatible_options(options):
+            self.error(f"cpu_manager.options.{option}", True, refusal)
         return dataclasses.replace(settings, options=frozenset(options))
 
     def _memory_manager(self, table: Mapping[str, Any]) -> MemoryManagerSettings:
@@ -1043,24 +1000,3 @@ def _quantity(p: _Parser, key: str, value: Any) -> int | None:
         p.error(key, value, "must not be negative")
         return None
     return size
-
-
-def _go_bool(value: object) -> bool | None:
-    """A TOML bool, or a string Go's ``strconv.ParseBool`` accepts; None otherwise."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        if value in _TRUE:
-            return True
-        if value in _FALSE:
-            return False
-    return None
-
-
-def _go_int(value: object) -> int | None:
-    """A TOML integer, or a decimal string ``strconv.Atoi`` accepts; None otherwise."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value):
-        return int(value)
-    return None

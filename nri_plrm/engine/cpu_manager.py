@@ -31,7 +31,7 @@ The manager is pure: no I/O, clocks or randomness. Go map iteration is replaced 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,7 @@ from nri_plrm.engine.spec import (
     TopologyHint,
     unexpected,
 )
+from nri_plrm.engine.strconv import parse_bool
 from nri_plrm.engine.topology_manager import HintList
 from nri_plrm.topology.model import Topology
 
@@ -72,28 +73,27 @@ ALIGN_BY_SOCKET = "align-by-socket"
 DISTRIBUTE_CPUS_ACROSS_CORES = "distribute-cpus-across-cores"
 STRICT_CPU_RESERVATION = "strict-cpu-reservation"
 PREFER_ALIGN_CPUS_BY_UNCORECACHE = "prefer-align-cpus-by-uncorecache"
-OPTION_NAMES = (
-    FULL_PCPUS_ONLY,
-    DISTRIBUTE_CPUS_ACROSS_NUMA,
-    ALIGN_BY_SOCKET,
-    DISTRIBUTE_CPUS_ACROSS_CORES,
-    STRICT_CPU_RESERVATION,
-    PREFER_ALIGN_CPUS_BY_UNCORECACHE,
-)
-
-ISOLATION_HOST = "host"
-ISOLATION_POD = "pod"
-ISOLATION_CONTAINER = "container"
-
-
-_TRUE = ("1", "t", "T", "TRUE", "true", "True")
-_FALSE = ("0", "f", "F", "FALSE", "false", "False")
-_INCOMPATIBLE = (
+OPTION_MATURITY: Mapping[str, str] = {
+    FULL_PCPUS_ONLY: "ga",
+    DISTRIBUTE_CPUS_ACROSS_NUMA: "beta",
+    ALIGN_BY_SOCKET: "alpha",
+    DISTRIBUTE_CPUS_ACROSS_CORES: "alpha",
+    STRICT_CPU_RESERVATION: "ga",
+    PREFER_ALIGN_CPUS_BY_UNCORECACHE: "ga",
+}
+"""The kubelet's static policy options (v1.36) and their maturity (feature gate level)."""
+OPTION_NAMES = tuple(OPTION_MATURITY)
+INCOMPATIBLE_OPTIONS: tuple[tuple[str, str], ...] = (
     (FULL_PCPUS_ONLY, DISTRIBUTE_CPUS_ACROSS_CORES),
     (DISTRIBUTE_CPUS_ACROSS_NUMA, DISTRIBUTE_CPUS_ACROSS_CORES),
     (PREFER_ALIGN_CPUS_BY_UNCORECACHE, DISTRIBUTE_CPUS_ACROSS_CORES),
     (PREFER_ALIGN_CPUS_BY_UNCORECACHE, DISTRIBUTE_CPUS_ACROSS_NUMA),
 )
+"""Option pairs the kubelet refuses together."""
+
+ISOLATION_HOST = "host"
+ISOLATION_POD = "pod"
+ISOLATION_CONTAINER = "container"
 
 
 class CPUManagerConfigError(ValueError):
@@ -104,17 +104,22 @@ class CPUStateError(ValueError):
     """Saved CPU manager state that does not fit this machine/configuration (``validateState``)."""
 
 
-def _parse_bool(name: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value)
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise CPUManagerConfigError(
-        f'bad value for option "{name}": strconv.ParseBool: parsing "{text}": invalid syntax'
-    )
+def parse_option_value(name: str, value: object) -> bool:
+    """One option's value as the kubelet reads it; raises CPUManagerConfigError."""
+    try:
+        return parse_bool(value)
+    except ValueError as err:
+        raise CPUManagerConfigError(f'bad value for option "{name}": {err}') from None
+
+
+def incompatible_options(enabled: Collection[str]) -> list[tuple[str, str]]:
+    """For each incompatible pair among the ``enabled`` options: its second option and the
+    kubelet's refusal."""
+    return [
+        (second, f"static policy options {first} and {second} can not be used at the same time")
+        for first, second in INCOMPATIBLE_OPTIONS
+        if first in enabled and second in enabled
+    ]
 
 
 @dataclass(frozen=True)
@@ -139,12 +144,10 @@ class StaticPolicyOptions:
         for name, value in options.items():
             if name not in OPTION_NAMES:
                 raise CPUManagerConfigError(f'unknown CPU Manager Policy option: "{name}"')
-            flags[name] = _parse_bool(name, value)
-        for first, second in _INCOMPATIBLE:
-            if flags.get(first) and flags.get(second):
-                raise CPUManagerConfigError(
-                    f"static policy options {first} and {second} can not be used at the same time"
-                )
+            flags[name] = parse_option_value(name, value)
+        refused = incompatible_options([name for name, on in flags.items() if on])
+        if refused:
+            raise CPUManagerConfigError(refused[0][1])
         return cls(
             full_pcpus_only=flags.get(FULL_PCPUS_ONLY, False),
             distribute_cpus_across_numa=flags.get(DISTRIBUTE_CPUS_ACROSS_NUMA, False),
@@ -188,22 +191,37 @@ class CPUManagerConfig:
         return StaticPolicyOptions.parse(self.options)
 
 
+def align_by_socket_policy_problem(topology_manager_policy: str) -> str | None:
+    """The kubelet's refusal of align-by-socket under this topology manager policy, if any."""
+    if topology_manager_policy == "single-numa-node":
+        return (
+            "Topolgy manager single-numa-node policy is incompatible with CPUManager "
+            "align-by-socket policy option"
+        )
+    return None
+
+
+def align_by_socket_hardware_problem(topology: Topology) -> str | None:
+    """The kubelet's refusal of align-by-socket on this machine, if any."""
+    if topology.num_sockets > topology_index(topology).num_numa_nodes:
+        return (
+            "Align by socket is not compatible with hardware where number of sockets are more "
+            "than number of NUMA"
+        )
+    return None
+
+
 def validate_static_policy_options(
     options: StaticPolicyOptions, topology: Topology, topology_manager_policy: str
 ) -> None:
     """The kubelet's ``ValidateStaticPolicyOptions`` (align-by-socket rules)."""
     if not options.align_by_socket:
         return
-    if topology_manager_policy == "single-numa-node":
-        raise CPUManagerConfigError(
-            "Topolgy manager single-numa-node policy is incompatible with CPUManager "
-            "align-by-socket policy option"
-        )
-    if topology.num_sockets > topology_index(topology).num_numa_nodes:
-        raise CPUManagerConfigError(
-            "Align by socket is not compatible with hardware where number of sockets are more "
-            "than number of NUMA"
-        )
+    problem = align_by_socket_policy_problem(
+        topology_manager_policy
+    ) or align_by_socket_hardware_problem(topology)
+    if problem is not None:
+        raise CPUManagerConfigError(problem)
 
 
 class CPUManager:

@@ -13,7 +13,7 @@ a total order the order only matters for identical values, which are interchange
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,6 +27,7 @@ from nri_plrm.engine.spec import (
     PodSpec,
     TopologyHint,
 )
+from nri_plrm.engine.strconv import atoi, parse_bool
 from nri_plrm.topology.model import Topology
 
 POLICY_NONE = "none"
@@ -42,6 +43,10 @@ SCOPES = (SCOPE_CONTAINER, SCOPE_POD)
 OPTION_PREFER_CLOSEST = "prefer-closest-numa-nodes"
 OPTION_MAX_ALLOWABLE = "max-allowable-numa-nodes"
 DEFAULT_MAX_ALLOWABLE_NUMA_NODES = 8
+MAX_ALLOWABLE_TOO_SMALL = (
+    f'the minimum value of "{OPTION_MAX_ALLOWABLE}" should not be less than '
+    f"{DEFAULT_MAX_ALLOWABLE_NUMA_NODES}"
+)
 
 TOPOLOGY_AFFINITY_MESSAGE = "Resources cannot be allocated with Topology locality"
 POD_SCOPE_PREFIX = "Pod Scope "
@@ -56,9 +61,6 @@ NO_PREFERENCE = TopologyHint(None, True)
 """What a provider without an opinion contributes."""
 UNSATISFIABLE = TopologyHint(None, False)
 """What a resource that cannot be placed anywhere contributes; also ``GetAffinity``'s zero."""
-
-_GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
-_GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
 
 
 class TopologyManagerConfigError(ValueError):
@@ -92,42 +94,29 @@ class TopologyManagerConfig:
         if self.scope not in SCOPES:
             raise TopologyManagerConfigError(f'unknown scope: "{self.scope}"')
         if self.max_allowable_numa_nodes < DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
-            raise TopologyManagerConfigError(
-                f'the minimum value of "{OPTION_MAX_ALLOWABLE}" should not be less than '
-                f"{DEFAULT_MAX_ALLOWABLE_NUMA_NODES}"
-            )
+            raise TopologyManagerConfigError(MAX_ALLOWABLE_TOO_SMALL)
 
-    @classmethod
-    def from_options(
-        cls, policy: str, scope: str, options: Mapping[str, str] | None = None
-    ) -> TopologyManagerConfig:
-        """Build from ``topologyManagerPolicyOptions`` strings, validated as the kubelet does."""
-        prefer = False
-        max_nodes = DEFAULT_MAX_ALLOWABLE_NUMA_NODES
-        for name, value in (options or {}).items():
-            if name == OPTION_PREFER_CLOSEST:
-                if value in _GO_TRUE:
-                    prefer = True
-                elif value in _GO_FALSE:
-                    prefer = False
-                else:
-                    raise TopologyManagerConfigError(
-                        f'bad value for option "{name}": strconv.ParseBool: parsing '
-                        f'"{value}": invalid syntax'
-                    )
-            elif name == OPTION_MAX_ALLOWABLE:
-                try:
-                    max_nodes = int(value, 10)
-                except ValueError:
-                    raise TopologyManagerConfigError(
-                        f'unable to convert policy option to integer "{name}": strconv.Atoi: '
-                        f'parsing "{value}": invalid syntax'
-                    ) from None
-            else:
-                raise TopologyManagerConfigError(
-                    f'unknown Topology Manager Policy option: "{name}"'
-                )
-        return cls(policy, scope, prefer, max_nodes)
+
+def parse_policy_option(name: str, value: object) -> tuple[str, bool | int]:
+    """One ``topologyManagerPolicyOptions`` entry as the kubelet reads it: the
+    :class:`TopologyManagerConfig` field it sets and the value. Raises
+    TopologyManagerConfigError with the kubelet's message."""
+    if name == OPTION_PREFER_CLOSEST:
+        try:
+            return "prefer_closest_numa_nodes", parse_bool(value)
+        except ValueError as err:
+            raise TopologyManagerConfigError(f'bad value for option "{name}": {err}') from None
+    if name == OPTION_MAX_ALLOWABLE:
+        try:
+            number = atoi(value)
+        except ValueError as err:
+            raise TopologyManagerConfigError(
+                f'unable to convert policy option to integer "{name}": {err}'
+            ) from None
+        if number < DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
+            raise TopologyManagerConfigError(MAX_ALLOWABLE_TOO_SMALL)
+        return "max_allowable_numa_nodes", number
+    raise TopologyManagerConfigError(f'unknown Topology Manager Policy option: "{name}"')
 
 
 class HintList(list[TopologyHint]):

@@ -25,6 +25,7 @@ from nri_plrm.engine.spec import (
     MemoryBlock,
     PodSpec,
 )
+from nri_plrm.engine.topology_manager import POLICY_NONE
 from nri_plrm.ledger.observer import LedgerObserver
 from nri_plrm.ledger.persistence import Persistence
 from nri_plrm.ledger.read_model import ReadModel
@@ -240,13 +241,16 @@ class NodeLedger:
         try:
             record, changes, op = self._state.admit(uid, sandbox_id, intent, spec)
         except AdmissionError as err:
-            if self.observer is not None:
-                self.observer.record_admission(err.reason)
+            self._count_admission(err.reason)
             raise
         self.commit(op)
-        if self.observer is not None:
-            self.observer.record_admission(None)
+        self._count_admission(None)
         return record, changes
+
+    def _count_admission(self, reason: str | None) -> None:
+        # The kubelet's none policy admits without the topology manager: nothing to count.
+        if self.observer is not None and self.engine.topology_manager.policy != POLICY_NONE:
+            self.observer.record_admission(reason)
 
     def move_sandbox(self, uid: str, sandbox_id: str) -> None:
         """The pod lives on in a new sandbox. Raises :class:`NotSavedError`."""

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from tm_options import config_from_options
 
 from nri_plrm.engine.bitmask import bits, count, is_narrower_than, iterate_bitmasks, mask_of
 from nri_plrm.engine.bitmask import mask_string as s
@@ -375,20 +376,20 @@ def test_filter_providers_hints(
 
 
 def test_options_prefer_closest_numa_nodes_true() -> None:
-    cfg = TopologyManagerConfig.from_options(
+    cfg = config_from_options(
         POLICY_BEST_EFFORT, SCOPE_CONTAINER, {"prefer-closest-numa-nodes": "true"}
     )
     assert cfg.prefer_closest_numa_nodes is True
 
 
 def test_options_empty() -> None:
-    cfg = TopologyManagerConfig.from_options(POLICY_BEST_EFFORT, SCOPE_CONTAINER, {})
+    cfg = config_from_options(POLICY_BEST_EFFORT, SCOPE_CONTAINER, {})
     assert cfg == TopologyManagerConfig(POLICY_BEST_EFFORT, SCOPE_CONTAINER)
 
 
 def test_options_fail_to_parse() -> None:
     with pytest.raises(TopologyManagerConfigError, match="bad value for option"):
-        TopologyManagerConfig.from_options(
+        config_from_options(
             POLICY_BEST_EFFORT, SCOPE_CONTAINER, {"prefer-closest-numa-nodes": "not a boolean"}
         )
 
@@ -432,11 +433,11 @@ def test_new_manager(
     name: str, policy: str, options: dict[str, str], nodes: int, error: str | None
 ) -> None:
     if error is None:
-        cfg = TopologyManagerConfig.from_options(policy, SCOPE_CONTAINER, options)
+        cfg = config_from_options(policy, SCOPE_CONTAINER, options)
         assert TopologyManager(machine(nodes), cfg).policy == policy
         return
     with pytest.raises(TopologyManagerConfigError) as err:
-        cfg = TopologyManagerConfig.from_options(policy, SCOPE_CONTAINER, options)
+        cfg = config_from_options(policy, SCOPE_CONTAINER, options)
         TopologyManager(machine(nodes), cfg)
     assert error in str(err.value)
 

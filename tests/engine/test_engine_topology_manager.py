@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tm_options import config_from_options
 from tm_reference import narrowest, reference_merge
 
 from nri_plrm.engine.bitmask import (
@@ -492,27 +493,23 @@ def test_config_errors_name_value_and_rule() -> None:
         TopologyManagerConfig(POLICY_RESTRICTED, "pod", max_allowable_numa_nodes=4)
 
 
-def test_config_from_options() -> None:
-    cfg = TopologyManagerConfig.from_options(
+def test_policy_options_parsed_as_the_kubelet_does() -> None:
+    cfg = config_from_options(
         POLICY_RESTRICTED,
         "pod",
         {"prefer-closest-numa-nodes": "T", "max-allowable-numa-nodes": "16"},
     )
     assert cfg.prefer_closest_numa_nodes and cfg.max_allowable_numa_nodes == 16
     with pytest.raises(TopologyManagerConfigError, match='bad value for option "prefer-closest'):
-        TopologyManagerConfig.from_options(
-            POLICY_RESTRICTED, "pod", {"prefer-closest-numa-nodes": "yes"}
-        )
+        config_from_options(POLICY_RESTRICTED, "pod", {"prefer-closest-numa-nodes": "yes"})
     with pytest.raises(
         TopologyManagerConfigError, match="unable to convert policy option to integer"
     ):
-        TopologyManagerConfig.from_options(
-            POLICY_RESTRICTED, "pod", {"max-allowable-numa-nodes": "x"}
-        )
+        config_from_options(POLICY_RESTRICTED, "pod", {"max-allowable-numa-nodes": "x"})
     with pytest.raises(
         TopologyManagerConfigError, match='unknown Topology Manager Policy option: "z"'
     ):
-        TopologyManagerConfig.from_options(POLICY_RESTRICTED, "pod", {"z": "1"})
+        config_from_options(POLICY_RESTRICTED, "pod", {"z": "1"})
 
 
 def test_too_many_numa_nodes_refused() -> None:
