@@ -21,7 +21,7 @@ from bench.common import main, percentile
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_manager import CPUManagerConfig
 from nri_plrm.engine.facade import Engine, EngineConfig
-from nri_plrm.engine.memory_manager import MemoryManagerConfig
+from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.engine.topology_manager import TopologyManagerConfig
 from nri_plrm.topology.machines import MACHINES

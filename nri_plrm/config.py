@@ -35,7 +35,7 @@ from nri_plrm.engine.cpu_manager import (
     parse_option_value,
 )
 from nri_plrm.engine.facade import EngineConfig
-from nri_plrm.engine.memory_manager import MemoryManagerConfig
+from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.topology_manager import (
     DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
     OPTION_MAX_ALLOWABLE,

@@ -1,36 +1,41 @@
 """Memory Manager ``Static`` policy, kubelet-exact, with pod-level resources (KEP-5526).
 
-Machine state per NUMA node and memory type (``memory`` and every ``hugepages-<size>``):
-total, system reserved, allocatable (total - reserved, and for ``memory`` also minus the node's
-hugepages, which the kernel counts in MemTotal), reserved and free, plus the node's group
-(``cells``) and assignment count. Containers get blocks (NUMA nodes, type, size); pod-level pods
-in pod scope get pod blocks charged once, and their containers' blocks are views of them.
-
-Determinism: the kubelet iterates the requested types as a Go map (random order). Here a
-request is always iterated ``memory`` first, then hugepages sorted by name; block lists, hint
-maps and the type named in validation messages follow that order.
-
-Init-container reuse (the kubelet's ``initContainersReusableMemory``) is derived from the blocks:
-see :meth:`MemoryManager.reusable`.
+Containers get blocks (NUMA nodes, type, size) charged on the machine state
+(:mod:`.memory_state`); pod-level pods in pod scope get pod blocks charged once, and their
+containers' blocks are views of them. Init-container reuse (the kubelet's
+``initContainersReusableMemory``) is derived from the blocks: see :meth:`MemoryManager.reusable`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from itertools import combinations
 from typing import Any
 
-from nri_plrm.engine.bitmask import bits, is_narrower_than, iterate_bitmasks, mask_of
+from nri_plrm.engine.bitmask import bits, mask_of
 from nri_plrm.engine.cpu_requests import (
     QOS_GUARANTEED,
     effective_requests,
     is_container_equivalent_guaranteed,
     pod_qos,
 )
+from nri_plrm.engine.memory_hints import HintCalculator, regenerate_hints
+from nri_plrm.engine.memory_state import (
+    POLICY_STATIC,
+    STATE_FORMAT,
+    Block,
+    MachineState,
+    MemoryManagerConfig,
+    MemoryManagerConfigError,
+    MemoryStateError,
+    block_from_dict,
+    default_machine_state,
+    machine_state_from_dict,
+    machine_states_equal,
+    memory_requests,
+    ordered,
+)
 from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
-    MEMORY,
     AdmissionError,
     ContainerKind,
     ContainerSpec,
@@ -38,134 +43,12 @@ from nri_plrm.engine.spec import (
     MemoryBlock,
     PodSpec,
     TopologyHint,
-    is_memory_resource,
-    unexpected,
 )
-from nri_plrm.engine.topology_manager import HintList
 from nri_plrm.topology.model import Topology
-
-POLICY_NONE = "None"
-POLICY_STATIC = "Static"
-_SHAPE_CACHE_SIZE = 256
-"""Hint lists kept per machine-state shape (see :meth:`MemoryManager.calculate_hints`)."""
-STATE_FORMAT = 1
-"""Version of :meth:`MemoryManager.to_dict`'s layout."""
-
-
-class MemoryManagerConfigError(ValueError):
-    """A memory manager setting the kubelet would refuse."""
-
-
-class MemoryStateError(ValueError):
-    """A saved state that does not match this machine and configuration."""
-
-
-def _type_order(name: str) -> tuple[bool, str]:
-    return (name != MEMORY, name)
-
-
-def ordered(resources: Mapping[str, int]) -> dict[str, int]:
-    """The request with ``memory`` first and hugepages sorted (the documented iteration order)."""
-    return {k: resources[k] for k in sorted(resources, key=_type_order)}
-
-
-@dataclass(frozen=True)
-class MemoryManagerConfig:
-    """``memoryManagerPolicy`` and ``reservedMemory`` (bytes per NUMA node and resource type)."""
-
-    policy: str = POLICY_STATIC
-    reserved: Mapping[int, Mapping[str, int]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.policy not in (POLICY_NONE, POLICY_STATIC):
-            raise MemoryManagerConfigError(
-                f'memory manager policy "{self.policy}": must be "None" or "Static"'
-            )
-        for node, table in self.reserved.items():
-            for name, size in table.items():
-                if not is_memory_resource(name):
-                    raise MemoryManagerConfigError(
-                        f"reserved memory on numa node {node}: resource {name!r} is not memory "
-                        "or hugepages-<size>"
-                    )
-                if size < 0:
-                    raise MemoryManagerConfigError(
-                        f"reserved memory on numa node {node}: {name} {size} must be >= 0"
-                    )
-        if self.policy == POLICY_STATIC and (
-            sum(t.get(MEMORY, 0) for t in self.reserved.values()) <= 0
-        ):
-            raise MemoryManagerConfigError(
-                "[memorymanager] you should specify the system reserved memory"
-            )
-
-
-@dataclass
-class MemoryTable:
-    """One (NUMA node, type) row of the machine state, in bytes."""
-
-    total: int
-    system_reserved: int
-    allocatable: int
-    reserved: int
-    free: int
-
-    def to_dict(self) -> dict[str, int]:
-        """The kubelet's JSON field names."""
-        return {
-            "total": self.total,
-            "systemReserved": self.system_reserved,
-            "allocatable": self.allocatable,
-            "reserved": self.reserved,
-            "free": self.free,
-        }
-
-
-@dataclass
-class NodeState:
-    """One NUMA node: its memory tables, assignment count and group (``cells``)."""
-
-    memory_map: dict[str, MemoryTable]
-    cells: list[int]
-    number_of_assignments: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The kubelet's JSON field names."""
-        return {
-            "numberOfAssignments": self.number_of_assignments,
-            "memoryMap": {k: v.to_dict() for k, v in self.memory_map.items()},
-            "cells": list(self.cells),
-        }
-
-
-@dataclass
-class _Block:
-    numa: tuple[int, ...]
-    type: str
-    size: int
-
-    def frozen(self) -> MemoryBlock:
-        return MemoryBlock(self.numa, self.type, self.size)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"numaAffinity": list(self.numa), "type": self.type, "size": self.size}
-
-
-def _block_from_dict(data: Mapping[str, Any]) -> _Block:
-    numa = tuple(int(n) for n in data["numaAffinity"])
-    size = int(data["size"])
-    kind = str(data["type"])
-    if size < 0 or not numa:
-        raise MemoryStateError(f"memory block {dict(data)!r}: needs numa nodes and a size >= 0")
-    return _Block(numa, kind, size)
 
 
 def _pod_guaranteed(pod: PodSpec) -> bool:
     return pod_qos(pod) == QOS_GUARANTEED
-
-
-def _memory_requests(resources: Mapping[str, int]) -> dict[str, int]:
-    return ordered({k: v for k, v in resources.items() if is_memory_resource(k)})
 
 
 class MemoryManager:
@@ -180,19 +63,12 @@ class MemoryManager:
                 )
         self.topology = topology
         self.config = config
-        self.machine_state: dict[int, NodeState] = self._default_machine_state()
-        self._entries: dict[str, dict[str, list[_Block]]] = {}
-        self._pod_entries: dict[str, list[_Block]] = {}
+        self.machine_state: MachineState = default_machine_state(topology, config)
+        self._entries: dict[str, dict[str, list[Block]]] = {}
+        self._pod_entries: dict[str, list[Block]] = {}
         self._shared: dict[str, set[str]] = {}
         """Containers of pod-level pods that sit on the pod shared pool (incremental mode)."""
-        self._numa_ids = topology.numa_ids
-        self._masks = [(m, bits(m)) for m in iterate_bitmasks(self._numa_ids)]
-        self._min_affinity_cache: dict[tuple[tuple[str, int], ...], int] = {}
-        self._hint_cache: dict[tuple[int, bool], TopologyHint] = {}
-        self._shape_cache: dict[Any, HintList] = {}
-        self._all_masks_cache: dict[
-            tuple[tuple[tuple[str, int], ...], int], list[TopologyHint]
-        ] = {}
+        self._hints = HintCalculator(topology.numa_ids)
 
     @property
     def static(self) -> bool:
@@ -200,44 +76,6 @@ class MemoryManager:
         return self.config.policy == POLICY_STATIC
 
     # machine state ----------------------------------------------------------------------------
-
-    def _default_machine_state(self) -> dict[int, NodeState]:
-        out: dict[int, NodeState] = {}
-        for node_id in self.topology.numa_ids:
-            node = self.topology.numa_nodes[node_id]
-            reserved = self.config.reserved.get(node_id, {})
-            tables: dict[str, MemoryTable] = {}
-            huge_total = 0
-            for name in sorted(node.memory, key=_type_order):
-                if name == MEMORY:
-                    continue
-                total = node.memory[name]
-                res = reserved.get(name, 0)
-                tables[name] = MemoryTable(total, res, total - res, 0, total - res)
-                huge_total += total
-            total = node.memory.get(MEMORY, 0)
-            res = reserved.get(MEMORY, 0)
-            alloc = total - res - huge_total
-            tables = {MEMORY: MemoryTable(total, res, alloc, 0, alloc), **tables}
-            for name, table in tables.items():
-                if table.allocatable < 0:
-                    raise MemoryManagerConfigError(
-                        f"numa node {node_id}: reserved {name} {table.system_reserved} exceeds "
-                        f"what the node has ({table.total} bytes, hugepages excluded)"
-                    )
-            out[node_id] = NodeState(tables, [node_id])
-        return out
-
-    def _table(self, node: int, name: str) -> MemoryTable | None:
-        return self.machine_state[node].memory_map.get(name)
-
-    def _free(self, node: int, name: str) -> int:
-        t = self._table(node, name)
-        return t.free if t is not None else 0
-
-    def _allocatable(self, node: int, name: str) -> int:
-        t = self._table(node, name)
-        return t.allocatable if t is not None else 0
 
     def _charge(self, numa: tuple[int, ...], name: str, size: int) -> None:
         """``updateMachineState``: count the assignment on every node, take memory in order."""
@@ -255,7 +93,7 @@ class MemoryManager:
             t.free -= take
             size -= take
 
-    def _release(self, blocks: Iterable[_Block]) -> None:
+    def _release(self, blocks: Iterable[Block]) -> None:
         """``releaseMemory``: uncount the assignment, give memory back in node order."""
         for b in blocks:
             size = b.size
@@ -281,14 +119,14 @@ class MemoryManager:
         pod-level pods; otherwise the container's memory and hugepages requests."""
         if pod.has_pod_level_resources and not is_container_equivalent_guaranteed(container):
             return {}
-        return _memory_requests(effective_requests(container.requests, container.limits))
+        return memory_requests(effective_requests(container.requests, container.limits))
 
     def pod_requests(self, pod: PodSpec) -> dict[str, int]:
         """``getPodRequestedResources``: pod-level memory/hugepages (> 0), or the classic
         aggregate ``max(largest init, apps + sidecars)`` for types the app containers request."""
         if pod.has_pod_level_resources:
             req = effective_requests(pod.requests, pod.limits)
-            return _memory_requests({k: v for k, v in req.items() if v > 0})
+            return memory_requests({k: v for k, v in req.items() if v > 0})
         by_init: dict[str, int] = {}
         by_sidecars: dict[str, int] = {}
         for c in pod.init_containers:
@@ -337,133 +175,14 @@ class MemoryManager:
                     row[b.type] = row.get(b.type, 0) + b.size
         return out
 
-    def _min_affinity(self, requests: Mapping[str, int]) -> int:
-        """The narrowest width of any mask whose allocatable memory fits every requested type
-        (busy or not), as ``calculateHints`` computes it; cached (allocatable never changes)."""
-        key = tuple(requests.items())
-        cached = self._min_affinity_cache.get(key)
-        if cached is not None:
-            return cached
-        ids = self._numa_ids
-        result = len(ids)
-        for width in range(1, len(ids) + 1):
-            if any(
-                all(sum(self._allocatable(n, name) for n in combo) >= size for name, size in key)
-                for combo in combinations(ids, width)
-            ):
-                result = width
-                break
-        self._min_affinity_cache[key] = result
-        return result
-
-    def _hint(self, mask: int, preferred: bool) -> TopologyHint:
-        key = (mask, preferred)
-        hint = self._hint_cache.get(key)
-        if hint is None:
-            hint = self._hint_cache[key] = TopologyHint(mask, preferred)
-        return hint
-
-    def _fits(
-        self, nodes: Iterable[int], requests: Mapping[str, int], reusable: Mapping[str, int]
-    ) -> bool:
-        nodes = tuple(nodes)
-        for name, size in requests.items():
-            if sum(self._allocatable(n, name) for n in nodes) < size:
-                return False
-            if sum(self._free(n, name) for n in nodes) + reusable.get(name, 0) < size:
-                return False
-        return True
-
     def calculate_hints(
         self, pod: PodSpec, requests: Mapping[str, int], container_name: str | None = None
     ) -> dict[str, list[TopologyHint]]:
-        """``calculateHints``: every NUMA mask with enough allocatable, group-compatible and free
-        memory for all requested types, in ``IterateBitMasks`` order; preferred = the narrowest
-        width any mask's allocatable memory could hold. Free memory counts what container
-        ``container_name`` may reuse (:meth:`reusable`).
-
-        The group rules leave few masks to test: single nodes outside multi-NUMA groups, the
-        existing groups, and sets of nodes without any assignment (where free equals
-        allocatable, so when each of them fits alone every such set fits). Without
-        init-container reuse the answer depends only on the request, the fitting single nodes
-        and groups and the unused nodes with their free memory, so it is cached by that shape.
-        The returned lists are shared between types and cached: callers must not mutate them.
-        """
-        ms = self.machine_state
-        ids = self._numa_ids
-        reusable = self.reusable(pod, container_name)
-        min_affinity = self._min_affinity(requests)
-        unused = [n for n in ids if ms[n].number_of_assignments == 0]
-        no_reuse = not any(reusable.values())
-        every_single_fits = all(self._fits((n,), requests, {}) for n in ids)
-        if len(unused) == len(ids) and every_single_fits and no_reuse:
-            key = (tuple(requests.items()), min_affinity)
-            cached = self._all_masks_cache.get(key)
-            if cached is None:
-                cached = HintList(
-                    self._hint(m, m.bit_count() == min_affinity) for m, _ in self._masks
-                )
-                self._all_masks_cache[key] = cached
-            return {name: cached for name in requests} if cached else {}
-        singles = tuple(
-            n
-            for n in ids
-            if len(ms[n].cells) == 1 and self._fits((n,), requests, reusable.get(1 << n, {}))
+        """``calculateHints`` over the current machine state (see ``HintCalculator``); free
+        memory counts what container ``container_name`` may reuse (:meth:`reusable`)."""
+        return self._hints.calculate(
+            self.machine_state, requests, self.reusable(pod, container_name)
         )
-        groups = tuple(
-            sorted(
-                g
-                for g in {mask_of(ms[n].cells) for n in ids if len(ms[n].cells) > 1}
-                if all(
-                    sorted(ms[n].cells) == list(bits(g))
-                    for n in bits(g)
-                    if ms[n].number_of_assignments
-                )
-                and self._fits(bits(g), requests, reusable.get(g, {}))
-            )
-        )
-        unused_free = tuple(self._free(n, name) for n in unused for name in requests)
-        shape = (tuple(requests.items()), min_affinity, singles, tuple(unused), unused_free, groups)
-        if no_reuse:
-            cached = self._shape_cache.get(shape)
-            if cached is not None:
-                return {name: cached for name in requests} if cached else {}
-        by_width: dict[int, list[int]] = {}
-        if singles:
-            by_width[1] = [1 << n for n in singles]
-        all_unused_fit = no_reuse and all(self._fits((n,), requests, {}) for n in unused)
-        for width in range(2, len(unused) + 1):
-            for combo in combinations(unused, width):
-                mask = mask_of(combo)
-                if all_unused_fit or self._fits(combo, requests, reusable.get(mask, {})):
-                    by_width.setdefault(width, []).append(mask)
-        for group in groups:
-            row = by_width.setdefault(group.bit_count(), [])
-            row.append(group)
-            row.sort(key=bits)
-        hints = HintList(
-            self._hint(m, width == min_affinity)
-            for width in sorted(by_width)
-            for m in by_width[width]
-        )
-        if no_reuse:
-            if len(self._shape_cache) >= _SHAPE_CACHE_SIZE:
-                self._shape_cache.clear()
-            self._shape_cache[shape] = hints
-        if not hints:
-            return {}
-        return {name: hints for name in requests}
-
-    @staticmethod
-    def _regenerate(blocks: list[_Block], requests: Mapping[str, int]) -> HintMap | None:
-        hints: dict[str, list[TopologyHint]] = {name: [] for name in requests}
-        if len(blocks) != len(requests):
-            return None
-        for b in blocks:
-            if b.type not in requests or b.size != requests[b.type]:
-                return None
-            hints[b.type].append(TopologyHint(mask_of(b.numa), True))
-        return hints
 
     def get_topology_hints(self, pod: PodSpec, container: ContainerSpec) -> HintMap | None:
         """Container-scope hints; None (no preference) for non-Guaranteed pods and, as v1.37
@@ -475,7 +194,7 @@ class MemoryManager:
             return None
         blocks = self._entries.get(pod.uid, {}).get(container.name)
         if blocks is not None:
-            return self._regenerate(blocks, requests)
+            return regenerate_hints(blocks, requests)
         return self.calculate_hints(pod, requests, container.name)
 
     def get_pod_topology_hints(self, pod: PodSpec) -> HintMap | None:
@@ -489,13 +208,13 @@ class MemoryManager:
                 return {name: [] for name in requests}
             pod_blocks = self._pod_entries.get(pod.uid)
             if pod_blocks is not None and requests:
-                return self._regenerate(pod_blocks, requests)
+                return regenerate_hints(pod_blocks, requests)
         if not requests:
             return None
         for c in pod.all_containers():
             blocks = self._entries.get(pod.uid, {}).get(c.name)
             if blocks is not None:
-                return self._regenerate(blocks, requests)
+                return regenerate_hints(blocks, requests)
         return self.calculate_hints(pod, requests)
 
     # validation -------------------------------------------------------------------------------
@@ -547,81 +266,6 @@ class MemoryManager:
 
     # allocation -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _find_best_hint(hints: Iterable[TopologyHint]) -> TopologyHint:
-        best = TopologyHint(None, False)
-        for h in hints:
-            if best.numa_affinity is None:
-                best = h
-                continue
-            if h.preferred and not best.preferred:
-                best = h
-                continue
-            if (
-                h.preferred == best.preferred
-                and h.numa_affinity is not None
-                and best.numa_affinity is not None
-                and is_narrower_than(h.numa_affinity, best.numa_affinity)
-            ):
-                best = h
-        return best
-
-    @staticmethod
-    def _main_hints(hints: Mapping[str, list[TopologyHint]]) -> list[TopologyHint]:
-        """The kubelet reads the ``memory`` list (all types' lists are equal)."""
-        if MEMORY in hints:
-            return hints[MEMORY]
-        return next(iter(hints.values()), [])
-
-    def _choose_affinity(
-        self,
-        pod: PodSpec,
-        requests: Mapping[str, int],
-        hint: TopologyHint | None,
-        container_name: str | None = None,
-    ) -> int:
-        """Default hint, hint extension and the single/multi-NUMA rule of ``Allocate``
-        (``container_name``: the container being allocated, for :meth:`reusable`)."""
-        best = hint if hint is not None else TopologyHint(None, False)
-        if best.numa_affinity is None:
-            hints = self.calculate_hints(pod, requests, container_name)
-            if not hints:
-                raise unexpected(
-                    "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes "
-                    "with enough memory is available"
-                )
-            default = self._find_best_hint(self._main_hints(hints))
-            if not default.preferred and best.preferred:
-                raise unexpected("[memorymanager] failed to find the default preferred hint")
-            best = default
-        mask = best.numa_affinity or 0
-        if not all(
-            sum(self._free(n, name) for n in bits(mask)) >= size for name, size in requests.items()
-        ):
-            candidates = [
-                h
-                for h in self._main_hints(self.calculate_hints(pod, requests, container_name))
-                if h.numa_affinity is not None and mask & h.numa_affinity == mask
-            ]
-            if not candidates:
-                raise unexpected(
-                    "[memorymanager] failed to find NUMA nodes to extend the current topology hint"
-                )
-            extended = self._find_best_hint(candidates)
-            if not extended.preferred and best.preferred:
-                raise unexpected("[memorymanager] failed to find the extended preferred hint")
-            best = extended
-        mask = best.numa_affinity or 0
-        nodes = bits(mask)
-        if len(nodes) > 1:
-            for n in nodes:
-                state = self.machine_state[n]
-                if state.number_of_assignments == 0:
-                    continue
-                if len(state.cells) == 1 or sorted(state.cells) != list(nodes):
-                    raise unexpected("[memorymanager] preferred hint violates NUMA node allocation")
-        return mask
-
     def allocate(self, pod: PodSpec, container: ContainerSpec, hint: TopologyHint | None) -> None:
         """``Allocate`` (container path, §3.4); idempotent. Raises ``AdmissionError``."""
         if not self.static or not _pod_guaranteed(pod):
@@ -631,18 +275,20 @@ class MemoryManager:
             return
         if container.name in self._entries.get(pod.uid, {}):
             return
-        mask = self._choose_affinity(pod, requests, hint, container.name)
+        mask = self._hints.choose_affinity(
+            self.machine_state, requests, self.reusable(pod, container.name), hint
+        )
         numa = bits(mask)
         reusable = self.reusable(pod, container.name).get(mask, {})
-        blocks: list[_Block] = []
+        blocks: list[Block] = []
         for name, size in requests.items():
-            blocks.append(_Block(numa, name, size))
+            blocks.append(Block(numa, name, size))
             self._charge(numa, name, size - min(size, reusable.get(name, 0)))
         self._entries.setdefault(pod.uid, {})[container.name] = blocks
         self._shrink_init_blocks(pod, container, blocks)
 
     def _shrink_init_blocks(
-        self, pod: PodSpec, container: ContainerSpec, blocks: list[_Block]
+        self, pod: PodSpec, container: ContainerSpec, blocks: list[Block]
     ) -> None:
         entries = self._entries.get(pod.uid, {})
         for cb in blocks:
@@ -676,25 +322,25 @@ class MemoryManager:
         total = self.pod_requests(pod)
         if not total:
             return
-        mask = self._choose_affinity(pod, total, hint)
+        mask = self._hints.choose_affinity(self.machine_state, total, self.reusable(pod), hint)
         numa = bits(mask)
-        self._pod_entries[pod.uid] = [_Block(numa, name, size) for name, size in total.items()]
+        self._pod_entries[pod.uid] = [Block(numa, name, size) for name, size in total.items()]
         for name, size in total.items():
             self._charge(numa, name, size)
         sidecar = dict.fromkeys(total, 0)
-        exclusive: dict[str, list[_Block]] = {}
+        exclusive: dict[str, list[Block]] = {}
         for c in pod.init_containers:
             req = self.container_requests(pod, c)
             if not req:
                 if c.restartable:
                     continue
                 exclusive[c.name] = [
-                    _Block(numa, name, size - sidecar[name])
+                    Block(numa, name, size - sidecar[name])
                     for name, size in total.items()
                     if size - sidecar[name] > 0
                 ]
                 continue
-            exclusive[c.name] = [_Block(numa, name, size) for name, size in req.items() if size > 0]
+            exclusive[c.name] = [Block(numa, name, size) for name, size in req.items() if size > 0]
             if c.restartable:
                 for name, size in req.items():
                     sidecar[name] = sidecar.get(name, 0) + size
@@ -703,7 +349,7 @@ class MemoryManager:
             req = self.container_requests(pod, c)
             if not req:
                 continue
-            exclusive[c.name] = [_Block(numa, name, size) for name, size in req.items() if size > 0]
+            exclusive[c.name] = [Block(numa, name, size) for name, size in req.items() if size > 0]
             for name, size in req.items():
                 app[name] = app.get(name, 0) - size
         entries = self._entries.setdefault(pod.uid, {})
@@ -712,7 +358,7 @@ class MemoryManager:
                 entries[c.name] = exclusive[c.name]
             else:
                 entries[c.name] = [
-                    _Block(numa, name, size) for name, size in app.items() if size > 0
+                    Block(numa, name, size) for name, size in app.items() if size > 0
                 ]
 
     # incremental primitives (NRI: containers one at a time) ------------------------------------
@@ -730,8 +376,10 @@ class MemoryManager:
         total = self.pod_requests(pod)
         if not total:
             return ()
-        numa = bits(self._choose_affinity(pod, total, hint))
-        self._pod_entries[pod.uid] = [_Block(numa, name, size) for name, size in total.items()]
+        numa = bits(
+            self._hints.choose_affinity(self.machine_state, total, self.reusable(pod), hint)
+        )
+        self._pod_entries[pod.uid] = [Block(numa, name, size) for name, size in total.items()]
         for name, size in total.items():
             self._charge(numa, name, size)
         return numa
@@ -756,7 +404,7 @@ class MemoryManager:
         """Record an exclusive slice of a pod-level pod's budget for a container."""
         pod_blocks = self._pod_entries[pod_uid]
         numa = pod_blocks[0].numa
-        blocks = [_Block(numa, t, s) for t, s in _memory_requests(requests).items() if s > 0]
+        blocks = [Block(numa, t, s) for t, s in memory_requests(requests).items() if s > 0]
         self._entries.setdefault(pod_uid, {})[name] = blocks
         self._shared_of(pod_uid).discard(name)
         return [b.frozen() for b in blocks]
@@ -770,7 +418,7 @@ class MemoryManager:
         numa = pod_blocks[0].numa
         shared = self._shared_of(pod_uid)
         shared.add(name)
-        blocks = [_Block(numa, t, s) for t, s in self.pod_pool(pod_uid).items() if s > 0]
+        blocks = [Block(numa, t, s) for t, s in self.pod_pool(pod_uid).items() if s > 0]
         self._entries.setdefault(pod_uid, {})[name] = blocks
         return [b.frozen() for b in blocks]
 
@@ -794,7 +442,7 @@ class MemoryManager:
         entries = self._entries.get(pod_uid, {})
         for name in self._shared_of(pod_uid):
             if name in entries:
-                entries[name] = [_Block(numa, t, s) for t, s in pool]
+                entries[name] = [Block(numa, t, s) for t, s in pool]
 
     # release ----------------------------------------------------------------------------------
 
@@ -899,19 +547,19 @@ class MemoryManager:
             )
         try:
             pod_entries = {
-                str(uid): [_block_from_dict(b) for b in blocks]
+                str(uid): [block_from_dict(b) for b in blocks]
                 for uid, blocks in dict(data.get("podEntries", {})).items()
             }
             entries = {
                 str(uid): {
-                    str(name): [_block_from_dict(b) for b in blocks]
+                    str(name): [block_from_dict(b) for b in blocks]
                     for name, blocks in dict(conts).items()
                 }
                 for uid, conts in dict(data.get("entries", {})).items()
             }
         except (KeyError, TypeError, ValueError) as err:
             raise MemoryStateError(f"memory manager state: malformed entries ({err})") from err
-        charged: list[tuple[str, str, _Block]] = [
+        charged: list[tuple[str, str, Block]] = [
             (uid, "", b) for uid, blocks in pod_entries.items() for b in blocks
         ]
         for uid, conts in entries.items():
@@ -936,8 +584,8 @@ class MemoryManager:
                     )
             mm._charge(b.numa, b.type, b.size)
         if saved:
-            restored = _machine_state_from_dict(saved)
-            if not _machine_states_equal(restored, mm.machine_state):
+            restored = machine_state_from_dict(saved)
+            if not machine_states_equal(restored, mm.machine_state):
                 raise MemoryStateError(
                     "[memorymanager] the expected machine state is different from the real one"
                 )
@@ -946,66 +594,3 @@ class MemoryManager:
         mm._pod_entries = pod_entries
         mm._shared = {str(u): set(map(str, n)) for u, n in dict(data.get("podShared", {})).items()}
         return mm
-
-
-def _machine_state_from_dict(data: Any) -> dict[int, NodeState]:
-    """A saved ``machineState`` (the layout of :meth:`NodeState.to_dict`)."""
-    try:
-        out: dict[int, NodeState] = {}
-        for node, row in dict(data).items():
-            tables = {
-                str(name): MemoryTable(
-                    int(t["total"]),
-                    int(t["systemReserved"]),
-                    int(t["allocatable"]),
-                    int(t["reserved"]),
-                    int(t["free"]),
-                )
-                for name, t in dict(row["memoryMap"]).items()
-            }
-            cells = [int(c) for c in row["cells"]]
-            out[int(node)] = NodeState(tables, cells, int(row["numberOfAssignments"]))
-    except (KeyError, TypeError, ValueError, OverflowError) as err:
-        raise MemoryStateError(f"memory manager state: malformed machineState ({err})") from err
-    return out
-
-
-def _machine_states_equal(saved: dict[int, NodeState], expected: dict[int, NodeState]) -> bool:
-    """``areMachineStatesEqual``: the same nodes, assignment counts, groups, memory types and
-    total/system-reserved/allocatable per node; free and reserved compared as sums over each
-    node's group, since a cross-NUMA release gives memory back in node order and so leaves a
-    different (equally valid) per-node split than charging the remaining blocks afresh."""
-    if saved.keys() != expected.keys():
-        return False
-    for node, s in saved.items():
-        e = expected[node]
-        if s.number_of_assignments != e.number_of_assignments:
-            return False
-        if sorted(s.cells) != sorted(e.cells):
-            return False
-        if s.memory_map.keys() != e.memory_map.keys():
-            return False
-        for name, st in s.memory_map.items():
-            et = e.memory_map[name]
-            if (st.total, st.system_reserved, st.allocatable) != (
-                et.total,
-                et.system_reserved,
-                et.allocatable,
-            ):
-                return False
-            group = [c for c in s.cells if c in saved and c in expected]
-            if len(group) != len(s.cells):
-                return False
-            if _group_sum(saved, group, name) != _group_sum(expected, group, name):
-                return False
-    return True
-
-
-def _group_sum(state: dict[int, NodeState], group: list[int], name: str) -> tuple[int, int]:
-    free = reserved = 0
-    for n in group:
-        t = state[n].memory_map.get(name)
-        if t is not None:
-            free += t.free
-            reserved += t.reserved
-    return free, reserved

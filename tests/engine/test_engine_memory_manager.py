@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_plrm.engine.bitmask import bits, iterate_bitmasks, mask_of
-from nri_plrm.engine.memory_manager import (
-    MemoryManager,
+from nri_plrm.engine.memory_manager import MemoryManager
+from nri_plrm.engine.memory_state import (
     MemoryManagerConfig,
     MemoryManagerConfigError,
     MemoryStateError,

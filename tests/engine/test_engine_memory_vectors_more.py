@@ -33,8 +33,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.engine.memory_manager import (
-    MemoryManager,
+from nri_plrm.engine.memory_manager import MemoryManager
+from nri_plrm.engine.memory_state import (
     MemoryManagerConfig,
     MemoryManagerConfigError,
     MemoryStateError,

@@ -29,7 +29,7 @@ from seed_pods import GI, SEED_PODS, seed_config, seed_topology
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_manager import CPUManagerConfig
 from nri_plrm.engine.facade import Engine, EngineConfig
-from nri_plrm.engine.memory_manager import MemoryManagerConfig
+from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.spec import (
     SMT_ALIGNMENT_ERROR,
     TOPOLOGY_AFFINITY_ERROR,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from nri_plrm.engine.cpu_manager import CPUManagerConfig
 from nri_plrm.engine.facade import EngineConfig
-from nri_plrm.engine.memory_manager import MemoryManagerConfig
+from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.engine.topology_manager import TopologyManagerConfig
 from nri_plrm.topology.model import Topology
