@@ -19,7 +19,7 @@ import time
 
 from bench.common import main, percentile
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.cpu_manager import CPUManagerConfig
+from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.facade import Engine, EngineConfig
 from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.spec import ContainerSpec, PodSpec

@@ -12,7 +12,8 @@ import gc
 import time
 
 from bench.common import main, percentile
-from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
+from nri_plrm.engine.cpu_manager import CPUManager
+from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.spec import ContainerSpec, PodSpec, TopologyHint
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.model import Topology

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nri_plrm.cpuset import CPUSet, CPUSetError
-from nri_plrm.engine.cpu_manager import (
+from nri_plrm.engine.cpu_options import (
     ALIGN_BY_SOCKET,
     OPTION_MATURITY,
     CPUManagerConfig,

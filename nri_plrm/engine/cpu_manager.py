@@ -1,54 +1,38 @@
 """CPU Manager ``static`` policy with pod-level resource managers (KEP-5526), kubelet-exact.
 
-State, as the kubelet keeps it in ``cpu_manager_state``:
-
-- ``default_cpuset``: the node shared pool (every CPU not held exclusively; reserved CPUs stay in
-  it unless ``strict-cpu-reservation``);
-- container entries ``{pod_uid: {container_name: CPUSet}}``;
-- pod entries ``{pod_uid: CPUSet}``: the "bubble" of a pod-level pod allocated by ``AllocatePod``.
-
-Two ways to drive it:
-
-- **Whole pod / per container (kubelet-exact)**: :meth:`CPUManager.get_topology_hints`,
-  :meth:`~CPUManager.get_pod_topology_hints`, :meth:`~CPUManager.allocate` (container path) and
-  :meth:`~CPUManager.allocate_pod` (pod scope with pod-level resources), each as
-  ``policy_static.go`` does it. The Topology Manager's chosen hint is passed in.
-- **Incremental (NRI gives containers one at a time)**: :meth:`~CPUManager.allocate_pod_bubble`
-  reserves the pod budget at sandbox time, :meth:`~CPUManager.take_from_pod` carves an exclusive
-  slice out of the current pod shared pool (bubble minus live slices; the same
-  ``takeByTopology`` call ``AllocatePod`` makes, in creation order),
-  :meth:`~CPUManager.set_container_cpus` records a shared container's pool and
-  :meth:`~CPUManager.release_container_slice` gives an exited container's slice back to the pool.
-
-Divergences from the kubelet, on purpose: a failed allocation leaves no partial state (the
-kubelet's ``AllocatePod`` keeps a bubble it allocated before a later step failed), and
-``allocate_pod`` on a pod that already has a pod entry reuses it (the fix of kubernetes issue
-#140989) instead of allocating a second bubble.
-
-The manager is pure: no I/O, clocks or randomness. Go map iteration is replaced by spec order
-(init containers then app containers) and ascending ids.
+State as in the kubelet's ``cpu_manager_state``: the default set (the node shared pool),
+container entries and pod entries (the "bubble" of a pod-level pod). Driven whole
+(``allocate``/``allocate_pod``, as ``policy_static.go``) or incrementally for NRI
+(``allocate_pod_bubble``, ``take_from_pod``, ``set_container_cpus``,
+``release_container_slice``). On purpose unlike the kubelet: a failed allocation leaves no
+partial state, and ``allocate_pod`` reuses an existing pod entry (kubernetes issue #140989).
+Go map iteration is replaced by spec order and ascending ids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
-from nri_plrm.cpuset import EMPTY, CPUSet, CPUSetError
+from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.cpu_assignment import (
     CPUAllocationError,
-    TakeOptions,
     take_by_topology,
     topology_index,
 )
 from nri_plrm.engine.cpu_hints import generate_cpu_hints
+from nri_plrm.engine.cpu_options import (
+    CPUManagerConfig,
+    CPUManagerConfigError,
+    validate_static_policy_options,
+)
 from nri_plrm.engine.cpu_requests import (
     guaranteed_cpus,
     pod_guaranteed_cpus,
     qualifies_for_exclusive_cpus,
     validate_pod_scope_resources,
 )
+from nri_plrm.engine.cpu_state import parse_state, validate_state
 from nri_plrm.engine.spec import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
@@ -61,167 +45,14 @@ from nri_plrm.engine.spec import (
     TopologyHint,
     unexpected,
 )
-from nri_plrm.engine.strconv import parse_bool
 from nri_plrm.engine.topology_manager import HintList
 from nri_plrm.topology.model import Topology
 
 POLICY_STATIC = "static"
 
-FULL_PCPUS_ONLY = "full-pcpus-only"
-DISTRIBUTE_CPUS_ACROSS_NUMA = "distribute-cpus-across-numa"
-ALIGN_BY_SOCKET = "align-by-socket"
-DISTRIBUTE_CPUS_ACROSS_CORES = "distribute-cpus-across-cores"
-STRICT_CPU_RESERVATION = "strict-cpu-reservation"
-PREFER_ALIGN_CPUS_BY_UNCORECACHE = "prefer-align-cpus-by-uncorecache"
-OPTION_MATURITY: Mapping[str, str] = {
-    FULL_PCPUS_ONLY: "ga",
-    DISTRIBUTE_CPUS_ACROSS_NUMA: "beta",
-    ALIGN_BY_SOCKET: "alpha",
-    DISTRIBUTE_CPUS_ACROSS_CORES: "alpha",
-    STRICT_CPU_RESERVATION: "ga",
-    PREFER_ALIGN_CPUS_BY_UNCORECACHE: "ga",
-}
-"""The kubelet's static policy options (v1.36) and their maturity (feature gate level)."""
-OPTION_NAMES = tuple(OPTION_MATURITY)
-INCOMPATIBLE_OPTIONS: tuple[tuple[str, str], ...] = (
-    (FULL_PCPUS_ONLY, DISTRIBUTE_CPUS_ACROSS_CORES),
-    (DISTRIBUTE_CPUS_ACROSS_NUMA, DISTRIBUTE_CPUS_ACROSS_CORES),
-    (PREFER_ALIGN_CPUS_BY_UNCORECACHE, DISTRIBUTE_CPUS_ACROSS_CORES),
-    (PREFER_ALIGN_CPUS_BY_UNCORECACHE, DISTRIBUTE_CPUS_ACROSS_NUMA),
-)
-"""Option pairs the kubelet refuses together."""
-
 ISOLATION_HOST = "host"
 ISOLATION_POD = "pod"
 ISOLATION_CONTAINER = "container"
-
-
-class CPUManagerConfigError(ValueError):
-    """A CPU manager setting the kubelet would refuse (reserved CPUs, policy options)."""
-
-
-class CPUStateError(ValueError):
-    """Saved CPU manager state that does not fit this machine/configuration (``validateState``)."""
-
-
-def parse_option_value(name: str, value: object) -> bool:
-    """One option's value as the kubelet reads it; raises CPUManagerConfigError."""
-    try:
-        return parse_bool(value)
-    except ValueError as err:
-        raise CPUManagerConfigError(f'bad value for option "{name}": {err}') from None
-
-
-def incompatible_options(enabled: Collection[str]) -> list[tuple[str, str]]:
-    """For each incompatible pair among the ``enabled`` options: its second option and the
-    kubelet's refusal."""
-    return [
-        (second, f"static policy options {first} and {second} can not be used at the same time")
-        for first, second in INCOMPATIBLE_OPTIONS
-        if first in enabled and second in enabled
-    ]
-
-
-@dataclass(frozen=True)
-class StaticPolicyOptions:
-    """The kubelet's ``StaticPolicyOptions`` (``cpuManagerPolicyOptions`` parsed)."""
-
-    full_pcpus_only: bool = False
-    distribute_cpus_across_numa: bool = False
-    align_by_socket: bool = False
-    distribute_cpus_across_cores: bool = False
-    strict_cpu_reservation: bool = False
-    prefer_align_by_uncore_cache: bool = False
-
-    @classmethod
-    def parse(cls, options: Mapping[str, object]) -> StaticPolicyOptions:
-        """Parse option names/values as the kubelet does; raises CPUManagerConfigError.
-
-        Values are booleans or the strings Go's ``strconv.ParseBool`` accepts. The kubelet's
-        alpha/beta feature gates for options are not emulated: every option is available.
-        """
-        flags: dict[str, bool] = {}
-        for name, value in options.items():
-            if name not in OPTION_NAMES:
-                raise CPUManagerConfigError(f'unknown CPU Manager Policy option: "{name}"')
-            flags[name] = parse_option_value(name, value)
-        refused = incompatible_options([name for name, on in flags.items() if on])
-        if refused:
-            raise CPUManagerConfigError(refused[0][1])
-        return cls(
-            full_pcpus_only=flags.get(FULL_PCPUS_ONLY, False),
-            distribute_cpus_across_numa=flags.get(DISTRIBUTE_CPUS_ACROSS_NUMA, False),
-            align_by_socket=flags.get(ALIGN_BY_SOCKET, False),
-            distribute_cpus_across_cores=flags.get(DISTRIBUTE_CPUS_ACROSS_CORES, False),
-            strict_cpu_reservation=flags.get(STRICT_CPU_RESERVATION, False),
-            prefer_align_by_uncore_cache=flags.get(PREFER_ALIGN_CPUS_BY_UNCORECACHE, False),
-        )
-
-    @property
-    def take_options(self) -> TakeOptions:
-        """The subset ``take_by_topology`` reads."""
-        return TakeOptions(
-            full_pcpus_only=self.full_pcpus_only,
-            distribute_cpus_across_numa=self.distribute_cpus_across_numa,
-            distribute_cpus_across_cores=self.distribute_cpus_across_cores,
-            prefer_align_by_uncore_cache=self.prefer_align_by_uncore_cache,
-        )
-
-
-@dataclass(frozen=True)
-class CPUManagerConfig:
-    """Static policy settings.
-
-    ``reserved_cpus`` is the kubelet's ``reservedSystemCPUs``; ``reserved_cpu_count`` is
-    ``ceil(kube-reserved + system-reserved cpu)`` from which the policy picks CPUs with its own
-    ``takeByTopology`` over all CPUs. Give one of them (both: they must agree). The kubelet
-    refuses zero reserved CPUs; an explicit ``reserved_cpu_count=0`` is accepted here (dedicated
-    nodes, the kubelet's own policy tests), leaving both unset is an error. ``options`` uses
-    the kubelet's option names and values. ``pod_level_resource_managers`` is the
-    ``PodLevelResourceManagers`` gate (off: pod-level pods get nothing exclusive).
-    """
-
-    reserved_cpus: CPUSet | None = None
-    reserved_cpu_count: int | None = None
-    options: Mapping[str, object] = field(default_factory=dict)
-    pod_level_resource_managers: bool = True
-
-    def policy_options(self) -> StaticPolicyOptions:
-        """The parsed options (raises CPUManagerConfigError)."""
-        return StaticPolicyOptions.parse(self.options)
-
-
-def align_by_socket_policy_problem(topology_manager_policy: str) -> str | None:
-    """The kubelet's refusal of align-by-socket under this topology manager policy, if any."""
-    if topology_manager_policy == "single-numa-node":
-        return (
-            "Topolgy manager single-numa-node policy is incompatible with CPUManager "
-            "align-by-socket policy option"
-        )
-    return None
-
-
-def align_by_socket_hardware_problem(topology: Topology) -> str | None:
-    """The kubelet's refusal of align-by-socket on this machine, if any."""
-    if topology.num_sockets > topology_index(topology).num_numa_nodes:
-        return (
-            "Align by socket is not compatible with hardware where number of sockets are more "
-            "than number of NUMA"
-        )
-    return None
-
-
-def validate_static_policy_options(
-    options: StaticPolicyOptions, topology: Topology, topology_manager_policy: str
-) -> None:
-    """The kubelet's ``ValidateStaticPolicyOptions`` (align-by-socket rules)."""
-    if not options.align_by_socket:
-        return
-    problem = align_by_socket_policy_problem(
-        topology_manager_policy
-    ) or align_by_socket_hardware_problem(topology)
-    if problem is not None:
-        raise CPUManagerConfigError(problem)
 
 
 class CPUManager:
@@ -722,26 +553,10 @@ class CPUManager:
         Raises :class:`CPUStateError` with the kubelet's messages when the state does not fit.
         """
         manager = cls(topology, config, topology_manager_policy=topology_manager_policy)
-        state = _mapping(data, "cpu manager state")
-        policy = state.get("policyName", POLICY_STATIC)
-        if policy != POLICY_STATIC:
-            raise CPUStateError(
-                f'configured policy "{POLICY_STATIC}" differs from state checkpoint policy '
-                f'"{policy}"'
-            )
-        default = _parse_state_set(state.get("defaultCpuSet", ""), "default CPU set")
-        entries: dict[str, dict[str, CPUSet]] = {}
-        for uid, names in _mapping(state.get("entries", {}), "entries").items():
-            for name, text in _mapping(names, f'entries of pod "{uid}"').items():
-                what = f'cpuset "{text}" for container "{name}" in pod "{uid}"'
-                entries.setdefault(str(uid), {})[str(name)] = _parse_state_set(text, what)
-        pods = {
-            str(uid): _parse_state_set(text, f'pod cpuset "{text}" for pod "{uid}"')
-            for uid, text in _mapping(state.get("podEntries", {}), "podEntries").items()
-        }
-        manager.load_state(default, entries, pods)
-        manager._pool_consumers = _name_sets(state.get("podPoolConsumers", {}), "podPoolConsumers")
-        manager._exclusive_inits = _name_sets(state.get("podInitSlices", {}), "podInitSlices")
+        saved = parse_state(data, POLICY_STATIC)
+        manager.load_state(saved.default, saved.entries, saved.pod_entries)
+        manager._pool_consumers = saved.pool_consumers
+        manager._exclusive_inits = saved.init_slices
         return manager
 
     def load_state(
@@ -757,75 +572,20 @@ class CPUManager:
         strict). Raises :class:`CPUStateError`. The in-memory init-container reuse is reset."""
         pods = dict(pod_entries or {})
         if validate:
-            self._validate_state(default, entries, pods)
+            all_cpus = self._all
+            if self.options.strict_cpu_reservation:
+                all_cpus = all_cpus - self._reserved
+            validate_state(
+                default,
+                entries,
+                pods if self._plrm else {},
+                all_cpus=all_cpus,
+                reserved=self._reserved,
+                strict=self.options.strict_cpu_reservation,
+            )
         self._default = default if default or entries else self._initial_default()
         self._entries = {uid: dict(names) for uid, names in entries.items()}
         self._pod_entries = pods
         self._pool_consumers = {}
         self._exclusive_inits = {}
         self._cpus_to_reuse = {}
-
-    def _validate_state(
-        self,
-        default: CPUSet,
-        entries: Mapping[str, Mapping[str, CPUSet]],
-        pods: Mapping[str, CPUSet],
-    ) -> None:
-        all_cpus = self._all
-        if self.options.strict_cpu_reservation:
-            all_cpus = all_cpus - self._reserved
-        if not default:
-            if entries:
-                raise CPUStateError("default cpuset cannot be empty")
-            return
-        if self.options.strict_cpu_reservation:
-            overlap = self._reserved & default
-            if overlap:
-                raise CPUStateError(
-                    f'some of strictly reserved cpus: "{overlap}" are present in '
-                    f'defaultCpuSet: "{default}"'
-                )
-        elif not self._reserved <= default:
-            raise CPUStateError(
-                f'not all reserved cpus: "{self._reserved}" are present in defaultCpuSet: '
-                f'"{default}"'
-            )
-        for uid, names in sorted(entries.items()):
-            for name, cpus in sorted(names.items()):
-                if cpus & default:
-                    raise CPUStateError(
-                        f'pod: {uid}, container: {name} cpuset: "{cpus}" overlaps with default '
-                        f'cpuset "{default}"'
-                    )
-        known = default.union(*(c for names in entries.values() for c in names.values()))
-        if self._plrm:
-            known = known.union(*pods.values())
-        if known != all_cpus:
-            raise CPUStateError(
-                f'current set of available CPUs "{all_cpus}" doesn\'t match with CPUs in state '
-                f'"{known}"'
-            )
-
-
-def _mapping(value: object, what: str) -> Mapping[Any, Any]:
-    if not isinstance(value, Mapping):
-        raise CPUStateError(f"{what}: {value!r} is not an object")
-    return value
-
-
-def _name_sets(value: object, what: str) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for uid, names in _mapping(value, what).items():
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise CPUStateError(f'{what} of pod "{uid}": {names!r} is not a list of names')
-        out[str(uid)] = set(names)
-    return out
-
-
-def _parse_state_set(text: object, what: str) -> CPUSet:
-    if not isinstance(text, str):
-        raise CPUStateError(f"could not parse {what}: {text!r} is not a string")
-    try:
-        return CPUSet.parse(text)
-    except CPUSetError as err:
-        raise CPUStateError(f"could not parse {what}: {err}") from err

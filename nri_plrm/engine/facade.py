@@ -46,7 +46,8 @@ from typing import Any
 
 from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.bitmask import mask_of
-from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
+from nri_plrm.engine.cpu_manager import CPUManager
+from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.memory_manager import MemoryManager
 from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.spec import (

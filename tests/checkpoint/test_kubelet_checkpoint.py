@@ -531,7 +531,8 @@ def test_fuzz_data_payloads_with_valid_checksums(doc: dict[str, object]) -> None
 
 def test_export_of_engine_managers_round_trips() -> None:
     from nri_plrm.checkpoint.kubelet import cpu_state_from_manager, memory_state_from_manager
-    from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
+    from nri_plrm.engine.cpu_manager import CPUManager
+    from nri_plrm.engine.cpu_options import CPUManagerConfig
     from nri_plrm.engine.memory_manager import MemoryManager
     from nri_plrm.engine.memory_state import MemoryManagerConfig
     from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec, TopologyHint

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_assignment import CPUAllocationError, TakeOptions, take_by_topology
-from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig, CPUStateError
+from nri_plrm.engine.cpu_manager import CPUManager
+from nri_plrm.engine.cpu_options import CPUManagerConfig
+from nri_plrm.engine.cpu_state import CPUStateError
 from nri_plrm.engine.spec import AdmissionError, ContainerKind, PodSpec, TopologyHint
 from nri_plrm.topology.machines import MACHINES
 

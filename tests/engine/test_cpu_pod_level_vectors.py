@@ -11,7 +11,8 @@ import pytest
 from cpu_pods import container, pod_level
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
+from nri_plrm.engine.cpu_manager import CPUManager
+from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     AdmissionError,

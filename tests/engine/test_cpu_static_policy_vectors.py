@@ -12,12 +12,9 @@ import pytest
 from cpu_pods import make_multi_container_pod, make_pod
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.cpu_manager import (
-    CPUManager,
-    CPUManagerConfig,
-    CPUManagerConfigError,
-    CPUStateError,
-)
+from nri_plrm.engine.cpu_manager import CPUManager
+from nri_plrm.engine.cpu_options import CPUManagerConfig, CPUManagerConfigError
+from nri_plrm.engine.cpu_state import CPUStateError
 from nri_plrm.engine.spec import (
     SMT_ALIGNMENT_ERROR,
     UNEXPECTED_ADMISSION_ERROR,

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_hints import generate_cpu_hints
-from nri_plrm.engine.cpu_manager import CPUManager, CPUManagerConfig
+from nri_plrm.engine.cpu_manager import CPUManager
+from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.spec import ContainerKind, PodSpec, TopologyHint
 from nri_plrm.topology.machines import MACHINES
 

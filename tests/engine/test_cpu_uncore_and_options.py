@@ -7,12 +7,8 @@ import pytest
 from cpu_pods import make_pod
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.cpu_manager import (
-    CPUManager,
-    CPUManagerConfig,
-    CPUManagerConfigError,
-    StaticPolicyOptions,
-)
+from nri_plrm.engine.cpu_manager import CPUManager
+from nri_plrm.engine.cpu_options import CPUManagerConfig, CPUManagerConfigError, StaticPolicyOptions
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.model import CPUInfo, Topology
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nri_plrm.engine.cpu_manager import CPUManagerConfig
+from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.facade import EngineConfig
 from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
