@@ -1,55 +1,35 @@
 """The allocation engine: Topology Manager + CPU Manager ``static`` + Memory Manager ``Static``.
 
-Two ways to use it:
-
-**Whole pod (kubelet-exact).** :meth:`Engine.admit_pod` takes the full pod spec and runs the
-kubelet's admission: the Topology Manager's scope flow with the hint providers in the kubelet's
-order (CPU, then memory). A rejection raises ``AdmissionError`` with the kubelet's reason and
-message and leaves nothing allocated; a pod that is already admitted keeps its state. Used by
-``simulate`` and by the plugin when the Kubernetes API gives it the pod spec.
-
-**Incremental (NRI only).** NRI shows a pod budget at ``RunPodSandbox`` and then containers one
-at a time, in creation order, without their kind:
-
-- :meth:`Engine.admit_sandbox` ``(pod, aggregate=None)``: ``pod`` carries identity and, for a
-  pod treated as pod-level, ``requests``/``limits`` (the budget); a classic pod has neither and
-  may pass ``aggregate``, the containers' aggregate requests (Kubernetes ``PodRequests``), so
-  that scope ``pod`` can align it once as the kubelet does. Scope ``pod`` + pod-level: the pod
-  hint is merged and the budget reserved now (the kubelet's pod-scope rejection otherwise).
-  Scope ``pod`` + classic with ``aggregate``: the pod hint is merged now and used for every
-  container's ``Allocate``. Scope ``container`` (or classic without aggregate): nothing yet.
-- :meth:`Engine.add_container`: the container's assignment plus the changed assignments of
-  every other container (pools that shrank). In a pod-level pod an exclusive-eligible container
-  takes ``takeByTopology(pod shared pool, n)`` (the kubelet's ``AllocatePod`` order) and a
-  shared one gets the pod shared pool; an exclusive slice that would exceed the pool, or empty
-  it while a shared container lives, and a shared container arriving at an empty pool, are
-  rejected with ``EmptyPodSharedPoolError``. Other containers go through the container path
-  (per-container alignment in scope ``container``, the stored pod hint in scope ``pod``);
-  containers without exclusive CPUs run in the node shared pool and are tracked, so that every
-  change of that pool is reported for them.
-- :meth:`Engine.stop_container` (the container exited; idempotent): an exclusive slice of a
-  pod-level pod goes back to the pod shared pool; a classic container's CPUs and memory become
-  reusable by the pod's later containers, as a finished init container's are in the kubelet.
-- :meth:`Engine.remove_container`, :meth:`Engine.remove_pod`: release per the kubelet's rules.
-
-The final state after a pod's containers arrive equals :meth:`Engine.admit_pod` on the whole
-spec for the kubelet's and the seed documents' examples (tests run both and compare). Known
-transient difference: while a regular init container with an exclusive slice runs, the pod
-shared pool of a pod-level pod is smaller than the kubelet's (it is restored when it exits).
+Whole pod (kubelet-exact): :meth:`Engine.admit_pod` runs the kubelet's admission on the full
+spec. Incremental (NRI shows a pod's budget, then its containers one at a time):
+:meth:`Engine.admit_sandbox`, :meth:`Engine.add_container`, :meth:`Engine.stop_container`,
+:meth:`Engine.remove_container`, :meth:`Engine.remove_pod`. Every call that changes state
+returns the other containers whose cpuset or mems changed (``Changes``). A rejection raises
+``AdmissionError`` with the kubelet's reason and message and leaves nothing allocated.
+docs/design.md explains the incremental rules and where they meet the kubelet's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from nri_plrm.cpuset import EMPTY, CPUSet
-from nri_plrm.engine.bitmask import mask_of
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.admitted import (
+    MODE_CLASSIC,
+    MODE_POD_LEVEL,
+    MODE_WHOLE,
+    AdmittedPod,
+    hint_from_dict,
+    hint_to_dict,
+)
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig
+from nri_plrm.engine.invariants import accounting_problems
 from nri_plrm.engine.memory_manager import MemoryManager
 from nri_plrm.engine.memory_state import MemoryManagerConfig
+from nri_plrm.engine.pod_budget import check_slice, cpu_pool_emptied, memory_pool_emptied
 from nri_plrm.engine.spec import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
@@ -63,12 +43,6 @@ from nri_plrm.engine.spec import (
     PodSpec,
     ResourceList,
     TopologyHint,
-)
-from nri_plrm.engine.spec_json import (
-    container_from_dict,
-    container_to_dict,
-    spec_from_dict,
-    spec_to_dict,
 )
 from nri_plrm.engine.topology_manager import (
     POLICY_NONE,
@@ -85,13 +59,6 @@ SNAPSHOT_FORMAT = 1
 Changes = dict[tuple[str, str], ContainerAssignment]
 """The new assignments of containers whose cpuset or mems changed, by (pod uid, container
 name); the one container a call places is not part of it."""
-
-MODE_WHOLE = "whole"
-MODE_POD_LEVEL = "pod-level"
-MODE_CLASSIC = "classic"
-
-_INIT_KEY = "initContainers"
-"""Key of a pod's init containers in the snapshot (kubelet spelling, unlike the intents')."""
 
 
 class EngineStateError(ValueError):
@@ -115,58 +82,6 @@ class Allocatable:
     memory: tuple[MemoryBlock, ...]
 
 
-@dataclass
-class _PodRecord:
-    """What the engine knows of an admitted pod."""
-
-    spec: PodSpec
-    """Whole mode: the full spec. Incremental: identity and budget, containers as they come."""
-    mode: str
-    hint: TopologyHint | None = None
-    """Incremental pod scope: the merged pod hint every container is allocated with."""
-    containers: list[ContainerSpec] = field(default_factory=list)
-    """Incremental: containers in creation order (kind as given, INIT once stopped early)."""
-    stopped: set[str] = field(default_factory=set)
-    shared: set[str] = field(default_factory=set)
-    """Incremental pod-level: containers on the pod shared pool."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "spec": spec_to_dict(self.spec, _INIT_KEY),
-            "mode": self.mode,
-            "hint": None if self.hint is None else _hint_to_dict(self.hint),
-            "containers": [container_to_dict(c) for c in self.containers],
-            "stopped": sorted(self.stopped),
-            "shared": sorted(self.shared),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> _PodRecord:
-        hint = data.get("hint")
-        return cls(
-            spec=spec_from_dict(data["spec"], _INIT_KEY),
-            mode=str(data["mode"]),
-            hint=None if hint is None else _hint_from_dict(hint),
-            containers=[container_from_dict(c) for c in data.get("containers", [])],
-            stopped={str(n) for n in data.get("stopped", [])},
-            shared={str(n) for n in data.get("shared", [])},
-        )
-
-    def spec_so_far(self) -> PodSpec:
-        """The pod as known now: budget plus the containers seen, init-like ones first."""
-        inits = tuple(c for c in self.containers if c.kind is not ContainerKind.APP)
-        apps = tuple(c for c in self.containers if c.kind is ContainerKind.APP)
-        return PodSpec(
-            uid=self.spec.uid,
-            namespace=self.spec.namespace,
-            name=self.spec.name,
-            init_containers=inits,
-            containers=apps,
-            requests=self.spec.requests,
-            limits=self.spec.limits,
-        )
-
-
 class Engine:
     """Kubelet-exact admission and allocation for one node (see the module docstring)."""
 
@@ -178,7 +93,7 @@ class Engine:
             topology, config.cpu_manager, topology_manager_policy=config.topology_manager.policy
         )
         self.memory_manager = MemoryManager(topology, config.memory_manager)
-        self._pods: dict[str, _PodRecord] = {}
+        self._pods: dict[str, AdmittedPod] = {}
         self._node_shared: set[tuple[str, str]] = set()
 
     @property
@@ -208,7 +123,7 @@ class Engine:
             self._rollback(pod.uid)
             raise
         changes = self._changes_since(before)
-        self._pods[pod.uid] = _PodRecord(spec=pod, mode=MODE_WHOLE)
+        self._pods[pod.uid] = AdmittedPod(spec=pod, mode=MODE_WHOLE)
         for c in pod.all_containers():
             if self.cpu_manager.assignment(pod.uid, c.name) is None:
                 self._node_shared.add((pod.uid, c.name))
@@ -240,7 +155,7 @@ class Engine:
             limits=pod.limits,
         )
         pod_level = bare.has_pod_level_resources
-        record = _PodRecord(spec=bare, mode=MODE_POD_LEVEL if pod_level else MODE_CLASSIC)
+        record = AdmittedPod(spec=bare, mode=MODE_POD_LEVEL if pod_level else MODE_CLASSIC)
         try:
             if self._pod_scope and pod_level:
                 record.hint = self.topology_manager.pod_hint(bare, self._providers)
@@ -257,11 +172,11 @@ class Engine:
         self._pods[pod.uid] = record
         return self._changes_since(before)
 
-    def _reserve_budget(self, record: _PodRecord) -> None:
+    def _reserve_budget(self, record: AdmittedPod) -> None:
         self.cpu_manager.allocate_pod_bubble(record.spec, record.hint)
         self.memory_manager.allocate_pod_budget(record.spec, record.hint)
 
-    def _reserve_again(self, record: _PodRecord) -> None:
+    def _reserve_again(self, record: AdmittedPod) -> None:
         """Reserve a pod-level pod's budget again after the kubelet's release rule (its last
         container entry was removed) gave it back while the sandbox lives: the pod hint is
         merged afresh (the node changed since sandbox time); a failure leaves nothing."""
@@ -328,7 +243,7 @@ class Engine:
             or self.memory_manager.pod_blocks(pod_uid) is not None
         )
 
-    def _add_to_budget(self, record: _PodRecord, container: ContainerSpec) -> None:
+    def _add_to_budget(self, record: AdmittedPod, container: ContainerSpec) -> None:
         """A container of a pod-level pod in scope pod. The budget was reserved at sandbox
         time, or again now if the kubelet's release rule (last container entry gone) gave it
         back meanwhile; a pod without a Guaranteed budget gets nothing (node shared pool)."""
@@ -343,16 +258,16 @@ class Engine:
         if has_bubble:
             free = len(cpu.pod_shared_pool(uid))
             if n > 0:
-                _check_slice(free, n, live_shared, CPU)
+                check_slice(free, n, live_shared, CPU)
             elif free == 0:
-                raise AdmissionError(EMPTY_POD_SHARED_POOL_ERROR, _cpu_empty_message())
+                raise AdmissionError(EMPTY_POD_SHARED_POOL_ERROR, cpu_pool_emptied())
         if has_memory:
             pool = mem.pod_pool(uid)
             if mem_req:
                 for resource, size in mem_req.items():
-                    _check_slice(pool.get(resource, 0), size, live_shared, resource)
+                    check_slice(pool.get(resource, 0), size, live_shared, resource)
             elif not any(v > 0 for v in pool.values()):
-                raise AdmissionError(EMPTY_POD_SHARED_POOL_ERROR, _memory_empty_message(MEMORY))
+                raise AdmissionError(EMPTY_POD_SHARED_POOL_ERROR, memory_pool_emptied(MEMORY))
         if has_bubble:
             if n > 0:
                 cpu.take_from_pod(uid, name, n)
@@ -367,7 +282,7 @@ class Engine:
                 mem.share_pod_pool(uid, name)
         self._refresh_pod_pool(record)
 
-    def _refresh_pod_pool(self, record: _PodRecord) -> None:
+    def _refresh_pod_pool(self, record: AdmittedPod) -> None:
         uid = record.spec.uid
         if self.cpu_manager.pod_cpus(uid) is not None:
             pool = self.cpu_manager.pod_shared_pool(uid)
@@ -379,7 +294,7 @@ class Engine:
                     self.cpu_manager.set_container_cpus(uid, name, pool)
         self.memory_manager.refresh_shared(uid)
 
-    def _add_classic(self, record: _PodRecord, container: ContainerSpec) -> None:
+    def _add_classic(self, record: AdmittedPod, container: ContainerSpec) -> None:
         """The kubelet's container path: per-container hint, or the stored pod hint."""
         spec = record.spec_so_far()
         uid, name = spec.uid, container.name
@@ -482,7 +397,7 @@ class Engine:
 
     def _pod_pool_changes(
         self,
-        record: _PodRecord,
+        record: AdmittedPod,
         pool_before: Mapping[str, ContainerAssignment],
         changes: Changes,
         exclude: str,
@@ -574,7 +489,7 @@ class Engine:
             for name in names:
                 hint = tm.get_affinity(uid, name)
                 if hint.numa_affinity is not None or hint.preferred:
-                    affinity.setdefault(uid, {})[name] = _hint_to_dict(hint)
+                    affinity.setdefault(uid, {})[name] = hint_to_dict(hint)
         return {
             "format": SNAPSHOT_FORMAT,
             "cpu": self.cpu_manager.to_dict(),
@@ -606,9 +521,9 @@ class Engine:
             )
             for uid, names in dict(data.get("affinity", {})).items():
                 for name, hint in dict(names).items():
-                    engine.topology_manager.set_affinity(str(uid), str(name), _hint_from_dict(hint))
+                    engine.topology_manager.set_affinity(str(uid), str(name), hint_from_dict(hint))
             engine._pods = {
-                str(uid): _PodRecord.from_dict(r) for uid, r in dict(data.get("pods", {})).items()
+                str(uid): AdmittedPod.from_dict(r) for uid, r in dict(data.get("pods", {})).items()
             }
             engine._node_shared = {(str(u), str(n)) for u, n in data.get("nodeShared", [])}
         except (KeyError, TypeError, ValueError) as err:
@@ -617,101 +532,19 @@ class Engine:
 
     def verify(self) -> list[str]:
         """Invariant violations (empty when consistent); for tests and the ``state`` command."""
-        problems: list[str] = []
-        cpu, mem = self.cpu_manager, self.memory_manager
-        default = cpu.default_cpuset
-        owned: dict[str, CPUSet] = {}
-        for uid, names in cpu.entries().items():
-            bubble = cpu.pod_cpus(uid)
-            held = EMPTY.union(*names.values())
-            if bubble is not None:
-                if not held <= bubble:
+        problems = accounting_problems(
+            self.topology, self.config.memory_manager, self.cpu_manager, self.memory_manager
+        )
+        cpu = self.cpu_manager
+        for uid, record in self._pods.items():
+            pool = cpu.pod_shared_pool(uid) if cpu.pod_cpus(uid) is not None else None
+            for name in record.shared - record.stopped if pool is not None else ():
+                got = cpu.assignment(uid, name)
+                if got is not None and got != pool:
                     problems.append(
-                        f"pod {uid}: container cpus {held - bubble} outside its pod cpuset {bubble}"
+                        f"pod {uid}: shared container {name} has {got}, pod pool is {pool}"
                     )
-                held = bubble
-                pool = cpu.pod_shared_pool(uid)
-                record = self._pods.get(uid)
-                for name in record.shared - record.stopped if record else ():
-                    got = cpu.assignment(uid, name)
-                    if got is not None and got != pool:
-                        problems.append(
-                            f"pod {uid}: shared container {name} has {got}, pod pool is {pool}"
-                        )
-            owned[uid] = held
-        for uid, bubble in cpu.pod_entries().items():
-            owned.setdefault(uid, bubble)
-        uids = sorted(owned)
-        for i, a in enumerate(uids):
-            if owned[a] & default:
-                problems.append(f"pod {a}: cpus {owned[a] & default} also in the node shared pool")
-            for b in uids[i + 1 :]:
-                both = owned[a] & owned[b]
-                if both:
-                    problems.append(f"pods {a} and {b}: both hold cpus {both}")
-        union = default.union(*owned.values())
-        expected = self.topology.all_cpus
-        if cpu.options.strict_cpu_reservation:
-            expected = expected - cpu.reserved_cpus
-        if union != expected:
-            problems.append(f"cpus accounted {union} differ from the machine's {expected}")
-        for node, state in mem.machine_state.items():
-            for resource, table in state.memory_map.items():
-                if table.free + table.reserved != table.allocatable or table.free < 0:
-                    problems.append(
-                        f"numa node {node} {resource}: free {table.free} + reserved "
-                        f"{table.reserved} != allocatable {table.allocatable}"
-                    )
-        try:
-            MemoryManager.from_dict(self.topology, self.config.memory_manager, mem.to_dict())
-        except ValueError as err:
-            problems.append(f"memory accounting: {err}")
         for key in self._node_shared:
             if cpu.assignment(*key) is not None:
                 problems.append(f"container {key}: tracked as node-shared but holds cpus")
         return problems
-
-
-def _cpu_empty_message() -> str:
-    return (
-        "pod rejected, sum of exclusive container cpu requests equals pod budget, leaving no "
-        "cpus for shared containers"
-    )
-
-
-def _memory_empty_message(resource: str) -> str:
-    return (
-        f"pod rejected, sum of exclusive container {resource} requests equals pod budget, "
-        "leaving no memory for shared containers"
-    )
-
-
-def _check_slice(pool: int, request: int, shared_alive: bool, resource: str) -> None:
-    """Incremental form of ``validatePodScopeResources`` for one exclusive container: the
-    slice must fit in what is left of the budget and must not empty it while a shared
-    container lives."""
-    if request > pool:
-        amount = f"{request} cpus" if resource == CPU else f"{request} of {resource}"
-        raise AdmissionError(
-            EMPTY_POD_SHARED_POOL_ERROR,
-            f"pod rejected, exclusive container requests {amount}, but only {pool} available "
-            "in the pod budget",
-        )
-    if shared_alive and request >= pool:
-        raise AdmissionError(
-            EMPTY_POD_SHARED_POOL_ERROR,
-            _cpu_empty_message() if resource == CPU else _memory_empty_message(resource),
-        )
-
-
-def _hint_to_dict(hint: TopologyHint) -> dict[str, Any]:
-    return {
-        "numaAffinity": list(hint.nodes()) if hint.numa_affinity else None,
-        "preferred": hint.preferred,
-    }
-
-
-def _hint_from_dict(data: Mapping[str, Any]) -> TopologyHint:
-    nodes = data.get("numaAffinity")
-    mask = None if nodes is None else mask_of(int(n) for n in nodes)
-    return TopologyHint(mask, bool(data.get("preferred", False)))
