@@ -51,7 +51,7 @@ def serve_plugin(socket_path: str, state_dir: str) -> None:
     if code:
         sys.path.insert(0, code)
     from nri_plrm.checkpoint.store import CheckpointStore
-    from nri_plrm.config import parse_config
+    from nri_plrm.config_file import parse_config
     from nri_plrm.engine.facade import Engine
     from nri_plrm.ledger import NodeLedger
     from nri_plrm.nri.stub import Stub

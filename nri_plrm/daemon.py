@@ -36,10 +36,10 @@ from nri_plrm.config import (
     Config,
     ConfigError,
     diff_configs,
-    load_config,
     startup_warnings,
     validate_for_topology,
 )
+from nri_plrm.config_file import load_config
 from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger

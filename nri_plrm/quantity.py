@@ -87,6 +87,15 @@ def memory_bytes(value: str | int | float) -> int:
     return _ceil(parse_quantity(value))
 
 
+def is_page_size(text: str) -> bool:
+    """True for a memory page size: a power of two of at least 4Ki bytes."""
+    try:
+        size = memory_bytes(text)
+    except QuantityError:
+        return False
+    return size >= 4096 and size & (size - 1) == 0
+
+
 def format_bytes(n: int) -> str:
     """Bytes as the largest exact binary quantity (``4294967296`` -> ``4Gi``)."""
     for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):

@@ -10,13 +10,8 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from nri_plrm.config import (
-    Config,
-    ConfigError,
-    load_config,
-    startup_warnings,
-    validate_for_topology,
-)
+from nri_plrm.config import Config, ConfigError, startup_warnings, validate_for_topology
+from nri_plrm.config_file import load_config
 from nri_plrm.doctor.result import Check, fail, ok, warn
 from nri_plrm.safepaths import host_problems
 from nri_plrm.topology.model import Topology, TopologyError

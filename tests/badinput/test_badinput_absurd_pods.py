@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.stub import NRIError

@@ -18,14 +18,8 @@ from fakesysfs import write_sysfs
 from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.config import (
-    MAX_CONFIG_BYTES,
-    MAX_ECHO_CHARS,
-    MAX_ERRORS,
-    ConfigError,
-    load_config,
-    parse_config,
-)
+from nri_plrm.config import MAX_CONFIG_BYTES, MAX_ECHO_CHARS, MAX_ERRORS, ConfigError
+from nri_plrm.config_file import load_config, parse_config
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
 

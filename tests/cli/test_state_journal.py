@@ -11,7 +11,7 @@ import pytest
 from nri_plrm.checkpoint.journal import JOURNAL_FILE
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.cli.state import StateError, from_checkpoint
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin

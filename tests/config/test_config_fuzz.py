@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.config import Config, ConfigError, parse_config
+from nri_plrm.config import Config, ConfigError
+from nri_plrm.config_file import parse_config
 
 TABLES = [
     "nri",

@@ -10,10 +10,10 @@ from nri_plrm.config import (
     POD_LEVEL_POLICIES,
     TOPOLOGY_POLICIES,
     ConfigError,
-    parse_config,
     startup_warnings,
     validate_for_topology,
 )
+from nri_plrm.config_file import parse_config
 from nri_plrm.topology.model import CPUInfo, Topology
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plrm.config import Config, NRISettings, parse_config
+from nri_plrm.config import Config, NRISettings
+from nri_plrm.config_file import parse_config
 from nri_plrm.doctor import containerd
 from nri_plrm.doctor.containerd import ContainerdConfig, go_duration, read_containerd_config
 from nri_plrm.doctor.containerd_version import ContainerdVersion

@@ -16,7 +16,8 @@ from nri_plrm.checkpoint.kubelet import (
     encode_cpu_manager_state,
     encode_memory_manager_state,
 )
-from nri_plrm.config import Config, StateSettings, parse_config
+from nri_plrm.config import Config, StateSettings
+from nri_plrm.config_file import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.doctor import kubelet
 from nri_plrm.doctor.kubelet import KubeletConfig, read_kubelet_config

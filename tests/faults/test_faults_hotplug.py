@@ -17,7 +17,7 @@ from fakesysfs import write_sysfs
 from plrm_daemon import running_daemon
 from prometheus_client import CollectorRegistry, generate_latest
 
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec

@@ -15,7 +15,8 @@ import pytest
 from plrm_harness import serve
 from plrm_invariants import check
 
-from nri_plrm.config import ConfigError, parse_config
+from nri_plrm.config import ConfigError
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger

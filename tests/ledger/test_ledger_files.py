@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from nri_plrm.checkpoint.store import STATE_FILE, CheckpointStore
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger, NotSavedError
 from nri_plrm.metrics import Metrics

@@ -14,7 +14,7 @@ import pytest
 from plrm_harness import serve
 from prometheus_client.parser import text_string_to_metric_families
 
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.metrics import Metrics, MetricsServer

@@ -24,6 +24,7 @@ PROTOCOL_FORBIDDEN = (
     "nri_plrm.plugin",
     "nri_plrm.translate",
     "nri_plrm.config",
+    "nri_plrm.config_file",
     "nri_plrm.daemon",
     "nri_plrm.cli",
 )

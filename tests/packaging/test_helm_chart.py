@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -16,7 +16,7 @@ from kubelet_decode import decode_cpu_manager_state, decode_memory_manager_state
 
 from nri_plrm.checkpoint.journal import JOURNAL_FILE, DecisionJournal
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AdmissionError
 from nri_plrm.engine.spec_json import spec_from_dict

@@ -9,7 +9,7 @@ from pathlib import Path
 from plrm_harness import serve
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin

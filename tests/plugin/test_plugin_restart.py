@@ -15,7 +15,7 @@ from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import PodSpec
 from nri_plrm.ledger import NodeLedger

@@ -13,7 +13,7 @@ from plrm_harness import Session, serve
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AssignmentType, PodSpec

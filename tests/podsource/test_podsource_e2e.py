@@ -15,7 +15,7 @@ from fakekube import FakeKube, free_port, kubeconfig_text, manifest_objects
 from plrm_harness import Session, serve
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import TOPOLOGY_AFFINITY_ERROR, AdmissionError, PodSpec

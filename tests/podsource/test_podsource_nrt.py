@@ -20,7 +20,7 @@ from plrm_harness import serve
 
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.cli.simulate import simulate_pods
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.availability import NumaAvailability, free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import PodSpec

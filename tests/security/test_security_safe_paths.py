@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.safepaths import host_problems, path_problem
 
 OTHER_UID = 12345

@@ -27,7 +27,8 @@ from plrm_runtime import FakeRuntime
 
 from nri_plrm import daemon
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
-from nri_plrm.config import Config, ConfigError, parse_config
+from nri_plrm.config import Config, ConfigError
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger

@@ -22,7 +22,7 @@ from fakesysfs import write_sysfs
 
 from nri_plrm import daemon
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.topology.machines import MACHINES
 

@@ -23,7 +23,8 @@ from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
 from nri_plrm import daemon
-from nri_plrm.config import Config, parse_config
+from nri_plrm.config import Config
+from nri_plrm.config_file import parse_config
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC
 

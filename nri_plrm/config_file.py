@@ -1,0 +1,426 @@
+"""Reading the TOML configuration file into a :class:`~nri_plrm.config.Config`: every error
+(``key.path: value: rule``, unknown keys with a did-you-mean) collected into one ConfigError;
+the kubelet's option rules are the engine's own."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+import sys
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from nri_plrm.engine.cpu_options import (
+    ALIGN_BY_SOCKET,
+    OPTION_MATURITY,
+    CPUManagerConfigError,
+    align_by_socket_policy_problem,
+    incompatible_options,
+    parse_option_value,
+)
+from nri_plrm.engine.topology_manager import (
+    TopologyManagerConfigError,
+    parse_policy_option,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+from nri_plrm.config import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    MAX_CONFIG_BYTES,
+    MAX_ERRORS,
+    TM_OPTIONS,
+    TOPOLOGY_POLICIES,
+    TOPOLOGY_SCOPES,
+    Config,
+    ConfigError,
+    CPUManagerSettings,
+    KubernetesSettings,
+    LogSettings,
+    MemoryManagerSettings,
+    MetricsSettings,
+    NRISettings,
+    PodResourcesSettings,
+    StateSettings,
+    TopologyManagerSettings,
+    TopologySettings,
+    clip,
+    format_value,
+)
+from nri_plrm.config_values import (
+    INVALID,
+    Reader,
+    address,
+    cgroup_name,
+    choice,
+    did_you_mean,
+    go_quote,
+    optional_path,
+    path,
+    plugin_index,
+    plugin_name,
+    positive_int,
+    reader_for,
+    reserved_cpus,
+    reserved_memory,
+    seconds,
+    socket_mode,
+)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML file; raises ConfigError listing every problem.
+
+    Only a regular file (or a symlink to one) of at most :data:`MAX_CONFIG_BYTES` is read; a FIFO
+    or device at the path is refused without blocking (opened with ``O_NONBLOCK``).
+    """
+    p = Path(path)
+    raw = _read_config_bytes(p)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{p}: not valid UTF-8: {exc.reason}"]) from exc
+    return parse_config(text, str(p))
+
+
+def _read_config_bytes(p: Path) -> bytes:
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read the config file: {exc.strerror or exc}"]) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(
+                [f"{p}: mode {stat.filemode(st.st_mode)}: the config file must be a regular file"]
+            )
+        too_big = ConfigError(
+            [f"{p}: larger than {MAX_CONFIG_BYTES} bytes: not a configuration file"]
+        )
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise too_big
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_CONFIG_BYTES:
+                raise too_big
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read the config file: {exc.strerror or exc}"]) from exc
+    finally:
+        os.close(fd)
+
+
+def parse_config(text: str, source: str = "<string>") -> Config:
+    """Parse and validate TOML text; raises ConfigError listing every problem."""
+    try:
+        data = tomllib.loads(text)
+        return _Parser(source).parse(data)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
+    except RecursionError as exc:
+        raise ConfigError(
+            [f"{source}: not valid TOML: arrays or tables nested too deeply to read"]
+        ) from exc
+
+
+_T = TypeVar("_T")
+
+
+class _Parser:
+    """Walks the TOML document table by table, collecting errors instead of stopping."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.errors: list[str] = []
+
+    def error(self, key: str, value: object, rule: str) -> None:
+        self.errors.append(f"{clip(key)}: {format_value(value)}: {rule}")
+
+    def parse(self, data: Mapping[str, Any]) -> Config:
+        names = [f.name for f in dataclasses.fields(Config) if f.name != "source"]
+        self._unknown("", data, names)
+        tables = {name: self._section(data, name) for name in names}
+        tm = self._topology_manager(tables["topology_manager"])
+        cm = self._cpu_manager(tables["cpu_manager"])
+        config = Config(
+            nri=self._nri(tables["nri"]),
+            state=self._state(tables["state"]),
+            pod_resources=self._pod_resources(tables["pod_resources"]),
+            metrics=self._metrics(tables["metrics"]),
+            log=self._log(tables["log"]),
+            topology=self._topology(tables["topology"]),
+            kubernetes=self._kubernetes(tables["kubernetes"]),
+            topology_manager=tm,
+            cpu_manager=cm,
+            memory_manager=self._memory_manager(tables["memory_manager"]),
+            source=self.source,
+        )
+        problem = align_by_socket_policy_problem(tm.policy)
+        if cm.option(ALIGN_BY_SOCKET) and problem is not None:
+            self.error(f"cpu_manager.options.{ALIGN_BY_SOCKET}", True, problem)
+        lookup, budget = config.kubernetes.lookup_timeout, config.nri.request_timeout
+        if isinstance(lookup, float) and isinstance(budget, float) and lookup >= budget:
+            self.error(
+                "kubernetes.lookup_timeout",
+                lookup,
+                f"must be less than nri.request_timeout ({budget:g} s): RunPodSandbox waits "
+                "this long for a pod missing from the API cache and must still answer within "
+                "the runtime's request budget",
+            )
+        if self.errors:
+            errors = sorted(self.errors, key=self._order(names))
+            if len(errors) > MAX_ERRORS:
+                more = len(errors) - MAX_ERRORS + 1
+                errors = [
+                    *errors[: MAX_ERRORS - 1],
+                    f"{clip(self.source)}: {more} more errors not listed",
+                ]
+            raise ConfigError(errors)
+        return config
+
+    @staticmethod
+    def _order(names: list[str]) -> Callable[[str], tuple[int, str]]:
+        """Errors sorted by table (in documented order), then by key path."""
+        rank = {name: i for i, name in enumerate(names)}
+
+        def key(error: str) -> tuple[int, str]:
+            table = error.split(".", 1)[0].split(":", 1)[0]
+            return rank.get(table, -1), error
+
+        return key
+
+    def _section(self, data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+        table = data.get(name, {})
+        if not isinstance(table, Mapping):
+            self.error(name, table, "must be a table")
+            return {}
+        return table
+
+    def _unknown(self, prefix: str, table: Mapping[str, Any], known: Collection[str]) -> None:
+        for key, value in table.items():
+            if key in known:
+                continue
+            path = f"{prefix}.{key}" if prefix else key
+            self.error(path, value, f"unknown key{did_you_mean(key, known)}")
+
+    def _table(
+        self,
+        name: str,
+        table: Mapping[str, Any],
+        defaults: _T,
+        *,
+        skip: frozenset[str] = frozenset(),
+        extra: frozenset[str] = frozenset(),
+        **readers: Reader,
+    ) -> _T:
+        """Read each field of ``defaults`` not in ``skip`` from the table with its reader.
+
+        Known keys are those fields plus ``extra`` (read by the caller); others are errors.
+        """
+        fields = [
+            f.name
+            for f in dataclasses.fields(defaults)  # type: ignore[arg-type]
+            if f.name not in skip
+        ]
+        self._unknown(name, table, [*fields, *extra])
+        values: dict[str, object] = {}
+        for key in fields:
+            if key in table:
+                reader = readers.get(key)
+                default = getattr(defaults, key)
+                if reader is None:
+                    reader = reader_for(default)
+                result = reader(self, f"{name}.{key}", table[key])
+                if result is not INVALID:
+                    values[key] = result
+        return dataclasses.replace(defaults, **values)  # type: ignore[type-var]
+
+    def _nri(self, table: Mapping[str, Any]) -> NRISettings:
+        return self._table(
+            "nri",
+            table,
+            NRISettings(),
+            socket=path,
+            plugin_name=plugin_name,
+            plugin_index=plugin_index,
+            registration_timeout=seconds,
+            request_timeout=seconds,
+        )
+
+    def _state(self, table: Mapping[str, Any]) -> StateSettings:
+        return self._table(
+            "state",
+            table,
+            StateSettings(),
+            dir=path,
+            kubelet_state_dir=optional_path,
+            kubelet_cpu_manager_state=optional_path,
+        )
+
+    def _pod_resources(self, table: Mapping[str, Any]) -> PodResourcesSettings:
+        settings = self._table(
+            "pod_resources",
+            table,
+            PodResourcesSettings(),
+            socket=path,
+            mode=socket_mode,
+            kubelet_socket=optional_path,
+            kubelet_timeout=seconds,
+            burst=positive_int,
+        )
+        if settings.group and not settings.mode & 0o060:
+            self.error(
+                "pod_resources.group",
+                settings.group,
+                f"has no effect with mode {settings.mode:04o}; use mode 0660 to let the group "
+                "connect",
+            )
+        if settings.kubelet_socket and settings.kubelet_socket == settings.socket:
+            self.error(
+                "pod_resources.kubelet_socket",
+                settings.kubelet_socket,
+                "must differ from pod_resources.socket (it would query itself)",
+            )
+        return settings
+
+    def _metrics(self, table: Mapping[str, Any]) -> MetricsSettings:
+        return self._table("metrics", table, MetricsSettings(), address=address)
+
+    def _log(self, table: Mapping[str, Any]) -> LogSettings:
+        return self._table(
+            "log", table, LogSettings(), level=choice(LOG_LEVELS), format=choice(LOG_FORMATS)
+        )
+
+    def _topology(self, table: Mapping[str, Any]) -> TopologySettings:
+        return self._table(
+            "topology",
+            table,
+            TopologySettings(),
+            sysfs_root=path,
+            cgroup_root=optional_path,
+            kubepods_cgroup=cgroup_name,
+        )
+
+    def _kubernetes(self, table: Mapping[str, Any]) -> KubernetesSettings:
+        return self._table(
+            "kubernetes",
+            table,
+            KubernetesSettings(),
+            kubeconfig=optional_path,
+            lookup_timeout=seconds,
+        )
+
+    def _topology_manager(self, table: Mapping[str, Any]) -> TopologyManagerSettings:
+        settings = self._table(
+            "topology_manager",
+            table,
+            TopologyManagerSettings(),
+            skip=frozenset({"prefer_closest_numa_nodes", "max_allowable_numa_nodes"}),
+            extra=frozenset({"options"}),
+            policy=choice(TOPOLOGY_POLICIES),
+            scope=choice(TOPOLOGY_SCOPES),
+        )
+        options = table.get("options", {})
+        if not isinstance(options, Mapping):
+            self.error("topology_manager.options", options, "must be a table of option = value")
+            return settings
+        parsed: dict[str, Any] = {}
+        for name, value in options.items():
+            key = f"topology_manager.options.{name}"
+            try:
+                field_name, option = parse_policy_option(name, value)
+            except TopologyManagerConfigError as err:
+                hint = "" if name in TM_OPTIONS else did_you_mean(name, TM_OPTIONS)
+                self.error(key, value, f"{err}{hint}")
+                continue
+            parsed[field_name] = option
+        return dataclasses.replace(settings, **parsed)
+
+    def _cpu_manager(self, table: Mapping[str, Any]) -> CPUManagerSettings:
+        settings = self._table(
+            "cpu_manager",
+            table,
+            CPUManagerSettings(),
+            skip=frozenset({"options"}),
+            extra=frozenset({"options"}),
+            reserved_cpus=reserved_cpus,
+            reserved_cpu_count=positive_int,
+        )
+        has_cpus = "reserved_cpus" in table
+        has_count = "reserved_cpu_count" in table
+        if has_count and not has_cpus:
+            settings = dataclasses.replace(settings, reserved_cpus=None)
+        if has_cpus and has_count:
+            cpus, count = settings.reserved_cpus, settings.reserved_cpu_count
+            if cpus is not None and count is not None and len(cpus) != count:
+                self.error(
+                    "cpu_manager.reserved_cpu_count",
+                    count,
+                    f'does not match reserved_cpus "{cpus}" ({len(cpus)} CPUs); set only one '
+                    "of them",
+                )
+        options_raw = table.get("options", {})
+        if not isinstance(options_raw, Mapping):
+            self.error("cpu_manager.options", options_raw, "must be a table of option = value")
+            return settings
+        options: set[str] = set()
+        for name, value in options_raw.items():
+            key = f"cpu_manager.options.{name}"
+            maturity = OPTION_MATURITY.get(name)
+            if maturity is None:
+                hint = did_you_mean(name, OPTION_MATURITY)
+                self.error(key, value, f"unknown CPU Manager Policy option: {go_quote(name)}{hint}")
+                continue
+            try:
+                parsed = parse_option_value(name, value)
+            except CPUManagerConfigError as err:
+                self.error(key, value, str(err))
+                continue
+            if maturity == "alpha" and not settings.enable_alpha_options:
+                self.error(
+                    key,
+                    value,
+                    "CPU Manager Policy Alpha-level Options not enabled, but option "
+                    f"{go_quote(name)} provided (set cpu_manager.enable_alpha_options = true)",
+                )
+                continue
+            if maturity == "beta" and not settings.enable_beta_options:
+                self.error(
+                    key,
+                    value,
+                    "CPU Manager Policy Beta-level Options not enabled, but option "
+                    f"{go_quote(name)} provided (set cpu_manager.enable_beta_options = true)",
+                )
+                continue
+            if parsed:
+                options.add(name)
+        for option, refusal in incompatible_options(options):
+            self.error(f"cpu_manager.options.{option}", True, refusal)
+        return dataclasses.replace(settings, options=frozenset(options))
+
+    def _memory_manager(self, table: Mapping[str, Any]) -> MemoryManagerSettings:
+        settings = self._table(
+            "memory_manager",
+            table,
+            MemoryManagerSettings(),
+            reserved_memory=reserved_memory,
+        )
+        if "reserved_memory" in table and not any(
+            e.limits.get("memory", 0) > 0 for e in settings.reserved_memory
+        ):
+            self.error(
+                "memory_manager.reserved_memory",
+                table["reserved_memory"],
+                "[memorymanager] you should specify the system reserved memory (at least one "
+                "entry with memory > 0)",
+            )
+        return settings
