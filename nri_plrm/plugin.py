@@ -28,7 +28,7 @@ from nri_plrm.engine.spec import (
 from nri_plrm.ledger import NodeLedger, NotSavedError
 from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.metrics import Metrics
-from nri_plrm.nri.stub import NRIError
+from nri_plrm.nri.handlers import NRIError
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.nri_to_pod import IntentError, container_spec, pod_identity, pod_intent

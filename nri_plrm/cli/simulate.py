@@ -48,7 +48,7 @@ from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Engine, EngineConfig
 from nri_plrm.engine.spec import MEMORY, AdmissionError, ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.nri.stub import NRIError
+from nri_plrm.nri.handlers import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api

@@ -1,10 +1,10 @@
 """The NRI plugin stub: connect, register, configure, synchronize, dispatch events, reconnect.
 
 A plugin passes a handlers object to :class:`Stub`; every handler method is optional and the
-event subscription mask is derived from the methods it defines (see :class:`Handlers`). Handlers
-may be plain functions or coroutines. Each request runs in its own task, so a slow coroutine
-handler never delays other requests (a *sync* handler runs on the event loop and blocks it while
-it runs: keep those fast).
+event subscription mask is derived from the methods it defines (``nri.handlers.Handlers``).
+Handlers may be plain functions or coroutines. Each request runs in its own task, so a slow
+coroutine handler never delays other requests (a *sync* handler runs on the event loop and
+blocks it while it runs: keep those fast).
 
 Unsolicited updates: containerd deadlocks if a plugin calls ``UpdateContainers`` while it is
 still waiting for that plugin's reply to an event. :meth:`Stub.update_containers` therefore waits
@@ -24,9 +24,10 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from nri_plrm.nri import events as ev
+from nri_plrm.nri.handlers import NRIError, StubObserver
 from nri_plrm.nri.inflight import InFlight
 from nri_plrm.nri.sync_pages import SYNC_MAX_BYTES, SYNC_MAX_PAGES, SyncPages, SyncTooLarge
 from nri_plrm.proto import nri_api_pb2 as api
@@ -56,82 +57,6 @@ class RuntimeUnreachable(OSError):
     """The runtime's NRI socket cannot be connected to and the stub does not reconnect
     (``reconnect=False``, or a socket inherited from the runtime). The message names the
     socket and the system error."""
-
-
-class NRIError(Exception):
-    """Raised by a handler to fail that one request; the message goes to the runtime."""
-
-    def __init__(self, message: str, code: int = Code.UNKNOWN) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class Handlers(Protocol):
-    """The shape of a plugin's handlers object. Every method is optional.
-
-    The subscription mask contains exactly the events whose method exists (``configure``,
-    ``synchronize`` and ``on_disconnect`` are not events). Return values may be awaitables.
-    """
-
-    def configure(self, config: str, runtime_name: str, runtime_version: str) -> None: ...
-
-    def synchronize(
-        self, pods: list[api.PodSandbox], containers: list[api.Container]
-    ) -> list[api.ContainerUpdate]: ...
-
-    def run_pod_sandbox(self, pod: api.PodSandbox) -> None: ...
-
-    def stop_pod_sandbox(self, pod: api.PodSandbox) -> None: ...
-
-    def remove_pod_sandbox(self, pod: api.PodSandbox) -> None: ...
-
-    def update_pod_sandbox(
-        self,
-        pod: api.PodSandbox,
-        overhead: api.LinuxResources | None,
-        resources: api.LinuxResources | None,
-    ) -> None: ...
-
-    def post_update_pod_sandbox(self, pod: api.PodSandbox) -> None: ...
-
-    def create_container(
-        self, pod: api.PodSandbox, container: api.Container
-    ) -> tuple[api.ContainerAdjustment | None, list[api.ContainerUpdate]]: ...
-
-    def update_container(
-        self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
-    ) -> list[api.ContainerUpdate]: ...
-
-    def stop_container(
-        self, pod: api.PodSandbox, container: api.Container
-    ) -> list[api.ContainerUpdate]: ...
-
-    def start_container(self, pod: api.PodSandbox, container: api.Container) -> None: ...
-
-    def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None: ...
-
-    def post_create_container(self, pod: api.PodSandbox, container: api.Container) -> None: ...
-
-    def post_start_container(self, pod: api.PodSandbox, container: api.Container) -> None: ...
-
-    def post_update_container(self, pod: api.PodSandbox, container: api.Container) -> None: ...
-
-    def validate_container_adjustment(
-        self, request: api.ValidateContainerAdjustmentRequest
-    ) -> str | None:
-        """Return a rejection reason, or None to accept (subscribes to validation)."""
-
-    def on_disconnect(self) -> None: ...
-
-
-class StubObserver(Protocol):
-    """Hooks for metrics; called on the event loop, must not block."""
-
-    def on_request(self, method: str, seconds: float, ok: bool) -> None: ...
-
-    def on_connect(self) -> None: ...
-
-    def on_disconnect(self) -> None: ...
 
 
 _ServerHandler = Callable[[Request], Awaitable[bytes]]

@@ -24,7 +24,8 @@ from nrisim.gowire import decode_fields, read_go_messages, response_parts
 from nrisim.replay import replay_capture
 
 from nri_plrm.nri import events as ev
-from nri_plrm.nri.stub import NRIError, Stub
+from nri_plrm.nri.handlers import NRIError
+from nri_plrm.nri.stub import Stub
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.proto import ttrpc_wire_pb2 as wire
 from nri_plrm.ttrpc.codec import TYPE_REQUEST, TYPE_RESPONSE, MuxDecoder

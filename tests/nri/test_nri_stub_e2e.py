@@ -16,7 +16,8 @@ from nrisim import NRISimulator, request
 from nrisim.capture import capture_available, missing_capture_reason
 
 from nri_plrm.nri import events as ev
-from nri_plrm.nri.stub import NRIError, RuntimeUnreachable, Stub
+from nri_plrm.nri.handlers import NRIError
+from nri_plrm.nri.stub import RuntimeUnreachable, Stub
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.ttrpc.messages import Code, TtrpcError
 from nri_plrm.ttrpc.transport import ChannelClosed, connect_unix

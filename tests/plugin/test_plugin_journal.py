@@ -21,7 +21,7 @@ from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AdmissionError
 from nri_plrm.engine.spec_json import spec_from_dict
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.nri.stub import NRIError
+from nri_plrm.nri.handlers import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
