@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 from nri_plrm.checkpoint.journal import DecisionJournal, JournalError
@@ -85,13 +86,8 @@ class Persistence:
         if not self.journal.is_open or self.journal.broken is not None:
             self.compact()
             return
-        start = time.perf_counter()
-        try:
+        with self._counted_write():
             self.journal.append(op)
-        except JournalError:
-            self._count_write(False, start)
-            raise
-        self._count_write(True, start)
 
     def compact(self) -> None:
         """Write the full state as a new checkpoint generation and start an empty journal.
@@ -107,12 +103,8 @@ class Persistence:
         generation = self.generation + 1
         data = self._snapshot(generation)
         start = time.perf_counter()
-        try:
+        with self._counted_write():
             self.store.save(data)
-        except CheckpointError:
-            self._count_write(False, start)
-            raise
-        self._count_write(True, start)
         self._last_compaction = time.perf_counter() - start
         self.generation = generation
         self.base = data
@@ -209,6 +201,14 @@ class Persistence:
         if self.journal is not None:
             self.journal.close()
 
-    def _count_write(self, ok: bool, start: float) -> None:
-        if self.observer is not None:
-            self.observer.record_checkpoint_write(time.perf_counter() - start, ok=ok)
+    @contextmanager
+    def _counted_write(self) -> Iterator[None]:
+        """Report the write inside, its duration and whether it raised, to the observer."""
+        start = time.perf_counter()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            if self.observer is not None:
+                self.observer.record_checkpoint_write(time.perf_counter() - start, ok=ok)
