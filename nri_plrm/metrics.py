@@ -484,7 +484,7 @@ class Metrics:
         self._view = view
         self._topology = topology
 
-    def refresh(self) -> None:
+    def update_view_gauges(self) -> None:
         """Recompute the view-derived gauges (no-op without an attached view)."""
         view, topology = self._view, self._topology
         if view is None or topology is None:
@@ -510,7 +510,7 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """The text exposition of every metric (view-derived gauges refreshed first)."""
-        self.refresh()
+        self.update_view_gauges()
         data: bytes = generate_latest(self.registry)
         return data
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.explain import explain_rejection, rejection_text
+from nri_plrm.engine.facade import Changes
 from nri_plrm.engine.spec import (
     AdmissionError,
     AssignmentType,
@@ -341,7 +342,7 @@ class Plugin:
 
     def _place(
         self, record: PodRecord, container: api.Container
-    ) -> tuple[ContainerAssignment, dict[ContainerKey, ContainerAssignment]]:
+    ) -> tuple[ContainerAssignment, Changes]:
         name = container.name
         cspec: ContainerSpec | None = None
         try:

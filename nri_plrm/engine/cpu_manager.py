@@ -520,7 +520,7 @@ class CPUManager:
         self._exclusive_inits.pop(pod_uid, None)
 
     # -- checkpoint --------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, Any]:
         """JSON-able state: policy, default set, entries, pod entries, pool bookkeeping."""
         return {
             "policyName": POLICY_STATIC,
@@ -540,7 +540,7 @@ class CPUManager:
         }
 
     @classmethod
-    def from_dict(
+    def restore(
         cls,
         topology: Topology,
         config: CPUManagerConfig,
@@ -548,7 +548,7 @@ class CPUManager:
         *,
         topology_manager_policy: str = "none",
     ) -> CPUManager:
-        """Restore :meth:`to_dict` output, validated like the kubelet's ``validateState``.
+        """Restore :meth:`snapshot` output, validated like the kubelet's ``validateState``.
 
         Raises :class:`CPUStateError` with the kubelet's messages when the state does not fit.
         """

@@ -25,7 +25,7 @@ class SavedState:
 
 
 def parse_state(data: object, policy_name: str) -> SavedState:
-    """A saved state (``CPUManager.to_dict``); raises CPUStateError naming what is wrong."""
+    """A saved state (``CPUManager.snapshot``); raises CPUStateError naming what is wrong."""
     state = _mapping(data, "cpu manager state")
     policy = state.get("policyName", policy_name)
     if policy != policy_name:

@@ -280,9 +280,9 @@ class Engine:
                 mem.take_from_pod(uid, name, mem_req)
             else:
                 mem.share_pod_pool(uid, name)
-        self._refresh_pod_pool(record)
+        self._pin_shared_to_pod_pool(record)
 
-    def _refresh_pod_pool(self, record: AdmittedPod) -> None:
+    def _pin_shared_to_pod_pool(self, record: AdmittedPod) -> None:
         uid = record.spec.uid
         if self.cpu_manager.pod_cpus(uid) is not None:
             pool = self.cpu_manager.pod_shared_pool(uid)
@@ -335,7 +335,7 @@ class Engine:
             pool_before = {n: self._assignment_of(pod_uid, n) for n in record.shared}
             self.cpu_manager.release_container_slice(pod_uid, name)
             self.memory_manager.release_container_slice(pod_uid, name)
-            self._refresh_pod_pool(record)
+            self._pin_shared_to_pod_pool(record)
             live = {n: a for n, a in pool_before.items() if n not in record.stopped}
             changes: Changes = {}
             self._pod_pool_changes(record, live, changes, exclude=name)
@@ -371,7 +371,7 @@ class Engine:
             record.containers = [c for c in record.containers if c.name != name]
             record.stopped.discard(name)
             record.shared.discard(name)
-            self._refresh_pod_pool(record)
+            self._pin_shared_to_pod_pool(record)
         changes = self._changes_since(before)
         if record is not None:
             self._pod_pool_changes(record, pool_before, changes, exclude=name)
@@ -492,8 +492,8 @@ class Engine:
                     affinity.setdefault(uid, {})[name] = hint_to_dict(hint)
         return {
             "format": SNAPSHOT_FORMAT,
-            "cpu": self.cpu_manager.to_dict(),
-            "memory": self.memory_manager.to_dict(),
+            "cpu": self.cpu_manager.snapshot(),
+            "memory": self.memory_manager.snapshot(),
             "affinity": affinity,
             "pods": {uid: r.to_dict() for uid, r in self._pods.items()},
             "nodeShared": sorted([list(k) for k in self._node_shared]),
@@ -510,13 +510,13 @@ class Engine:
             )
         engine = cls(topology, config)
         try:
-            engine.cpu_manager = CPUManager.from_dict(
+            engine.cpu_manager = CPUManager.restore(
                 topology,
                 config.cpu_manager,
                 data.get("cpu", {}),
                 topology_manager_policy=config.topology_manager.policy,
             )
-            engine.memory_manager = MemoryManager.from_dict(
+            engine.memory_manager = MemoryManager.restore(
                 topology, config.memory_manager, data.get("memory", {})
             )
             for uid, names in dict(data.get("affinity", {})).items():

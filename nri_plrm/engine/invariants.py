@@ -51,7 +51,7 @@ def accounting_problems(
                     f"{table.reserved} != allocatable {table.allocatable}"
                 )
     try:
-        MemoryManager.from_dict(topology, memory_config, mem.to_dict())
+        MemoryManager.restore(topology, memory_config, mem.snapshot())
     except ValueError as err:
         problems.append(f"memory accounting: {err}")
     return problems

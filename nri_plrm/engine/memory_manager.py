@@ -516,7 +516,7 @@ class MemoryManager:
 
     # state ------------------------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, Any]:
         """JSON-able state with the kubelet's field names plus ``podEntries``."""
         return {
             "format": STATE_FORMAT,
@@ -533,10 +533,10 @@ class MemoryManager:
         }
 
     @classmethod
-    def from_dict(
+    def restore(
         cls, topology: Topology, config: MemoryManagerConfig, data: Mapping[str, Any]
     ) -> MemoryManager:
-        """Restore a state saved by :meth:`to_dict`, recomputing the machine state from the
+        """Restore a state saved by :meth:`snapshot`, recomputing the machine state from the
         blocks; a saved machine state that disagrees raises ``MemoryStateError``."""
         mm = cls(topology, config)
         policy = data.get("policyName", config.policy)

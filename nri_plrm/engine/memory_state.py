@@ -19,7 +19,7 @@ from nri_plrm.topology.model import Topology
 POLICY_NONE = "None"
 POLICY_STATIC = "Static"
 STATE_FORMAT = 1
-"""Version of :meth:`MemoryManager.to_dict`'s layout."""
+"""Version of :meth:`MemoryManager.snapshot`'s layout."""
 
 
 class MemoryManagerConfigError(ValueError):

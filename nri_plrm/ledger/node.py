@@ -299,7 +299,7 @@ class NodeLedger:
         is marked broken, which makes the next write a full checkpoint that includes it."""
         p = self.persistence
         if p.journal is None:
-            self._published()
+            self._update_read_model_and_export()
             return
         p.records.append(op)
         if self._batch:
@@ -313,7 +313,7 @@ class NodeLedger:
                 raise NotSavedError(f"decision not applied: {exc}") from exc
             p.mark_broken(f"a release was not written: {exc}")
             self.log.error("release kept in memory until the next checkpoint: %s", exc)
-        self._published()
+        self._update_read_model_and_export()
         p.schedule_compaction()
 
     @property
@@ -337,7 +337,7 @@ class NodeLedger:
             self.persistence.records = self.persistence.records[:mark]
             self._revert()
             raise NotSavedError(str(exc)) from exc
-        self._published()
+        self._update_read_model_and_export()
 
     def _revert(self) -> None:
         """Back to the last durable state: the checkpoint plus the journaled records."""
@@ -352,7 +352,7 @@ class NodeLedger:
         self._state.changed_pods.clear()
         self._read_model.rebuild(self.engine, self.tables)
 
-    def _published(self) -> None:
+    def _update_read_model_and_export(self) -> None:
         """Publish the changed pods to the read model and schedule the export."""
         state = self._state
         self._read_model.rebuild(state.engine, state.tables, state.changed_pods)

@@ -103,9 +103,9 @@ def test_to_dict_from_dict_round_trips(data: st.DataObject) -> None:
     manager = CPUManager(MACHINE, CONFIG)
     for n in range(data.draw(st.integers(0, 6))):
         _admit(manager, data.draw(pods(f"pod{n}")), None)
-    state = manager.to_dict()
-    restored = CPUManager.from_dict(MACHINE, CONFIG, state)
-    assert restored.to_dict() == state
+    state = manager.snapshot()
+    restored = CPUManager.restore(MACHINE, CONFIG, state)
+    assert restored.snapshot() == state
     assert restored.entries() == manager.entries()
     assert restored.pod_entries() == manager.pod_entries()
     assert restored.default_cpuset == manager.default_cpuset
@@ -143,7 +143,7 @@ JSON = st.recursive(
 )
 def test_from_dict_rejects_bad_state_with_state_errors_only(data: Any) -> None:
     try:
-        restored = CPUManager.from_dict(MACHINE, CONFIG, data)
+        restored = CPUManager.restore(MACHINE, CONFIG, data)
     except CPUStateError:
         return
     assert restored.default_cpuset <= MACHINE.all_cpus

@@ -425,10 +425,10 @@ def test_allocate_pod_is_idempotent_when_a_pod_entry_exists() -> None:
     )
     pod = pod_level("p", "2", apps=[ngu("app")])
     manager.allocate_pod(pod, None)
-    before = manager.to_dict()
-    restored = CPUManager.from_dict(manager.topology, manager.config, before)
+    before = manager.snapshot()
+    restored = CPUManager.restore(manager.topology, manager.config, before)
     restored.allocate_pod(pod, None)
-    assert restored.to_dict() == before
+    assert restored.snapshot() == before
 
 
 def test_remove_container_releases_the_bubble_only_with_the_last_entry() -> None:

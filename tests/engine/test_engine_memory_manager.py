@@ -212,15 +212,15 @@ def test_allocate_memory_from_multiple_numa_nodes() -> None:
 
 def test_allocate_is_idempotent_and_remove_restores_state() -> None:
     mm = MemoryManager(machine(2), reserved(2))
-    before = mm.to_dict()["machineState"]
+    before = mm.snapshot()["machineState"]
     p = pod("pod1", "c", GUARANTEED)
     allocate(mm, p, TopologyHint(mask_of([1]), True))
-    snapshot = mm.to_dict()
+    snapshot = mm.snapshot()
     allocate(mm, p, TopologyHint(mask_of([0]), True))
-    assert mm.to_dict() == snapshot
+    assert mm.snapshot() == snapshot
     assert mm.numa_nodes_for("pod1", "c") == (1,)
     mm.remove_container("pod1", "c")
-    assert mm.to_dict()["machineState"] == before
+    assert mm.snapshot()["machineState"] == before
     assert mm.container_blocks("pod1", "c") is None
 
 
@@ -388,7 +388,7 @@ def test_state_round_trip_and_release(ops: list[tuple[int, int, int | None, bool
     topo = machine(2, memory=8 * GB, pages=2)
     cfg = reserved(2)
     mm = MemoryManager(topo, cfg)
-    empty = mm.to_dict()
+    empty = mm.snapshot()
     for pod_no, gigs, mask, hugepages in ops:
         req: dict[str, Any] = {"cpu": 1000, "memory": gigs * GB}
         if hugepages:
@@ -398,11 +398,11 @@ def test_state_round_trip_and_release(ops: list[tuple[int, int, int | None, bool
             allocate(mm, p, TopologyHint(mask, mask is not None and mask != 3))
         except AdmissionError:
             assert mm.container_blocks(p.uid, "c") is None
-        restored = MemoryManager.from_dict(topo, cfg, mm.to_dict())
-        assert restored.to_dict() == mm.to_dict()
+        restored = MemoryManager.restore(topo, cfg, mm.snapshot())
+        assert restored.snapshot() == mm.snapshot()
     for uid in mm.pods():
         mm.remove_pod(uid)
-    assert mm.to_dict() == empty
+    assert mm.snapshot() == empty
 
 
 def test_from_dict_rejects_mismatching_machine_state() -> None:
@@ -410,14 +410,14 @@ def test_from_dict_rejects_mismatching_machine_state() -> None:
     cfg = reserved(1)
     mm = MemoryManager(topo, cfg)
     allocate(mm, pod("p", "c", GUARANTEED), None)
-    data = mm.to_dict()
+    data = mm.snapshot()
     data["machineState"]["0"]["memoryMap"]["memory"]["free"] += 1
     with pytest.raises(MemoryStateError, match="expected machine state is different"):
-        MemoryManager.from_dict(topo, cfg, data)
-    data = mm.to_dict()
+        MemoryManager.restore(topo, cfg, data)
+    data = mm.snapshot()
     data["policyName"] = "None"
     with pytest.raises(MemoryStateError, match='differs from state checkpoint policy "None"'):
-        MemoryManager.from_dict(topo, cfg, data)
+        MemoryManager.restore(topo, cfg, data)
 
 
 def test_allocatable_lists_every_node_and_type() -> None:
@@ -507,7 +507,7 @@ def _with_entries(entries: dict[str, list[dict[str, Any]]], pages_2m: int = 0) -
     memory = {n: {"memory": 3 * GB, HP: GB, HP2M: pages_2m * 2 * MB} for n in range(2)}
     topo = Topology.build([CPUInfo(n, n, 0, n, n) for n in range(2)], memory=memory)
     cfg = reserved(2)
-    return MemoryManager.from_dict(topo, cfg, {"entries": {"pod1": entries}})
+    return MemoryManager.restore(topo, cfg, {"entries": {"pod1": entries}})
 
 
 def test_remove_cross_numa_container_restores_nodes() -> None:

@@ -253,7 +253,7 @@ def test_start_refuses_machines_whose_hugepages_leave_no_memory(
 ) -> None:
     assert message == "[memorymanager] the expected machine state is different from the real one"
     with pytest.raises(MemoryManagerConfigError, match=r"numa node 0: reserved memory 536870912 "):
-        MemoryManager.from_dict(machine(nodes), reserved(*sorted(nodes)), data)
+        MemoryManager.restore(machine(nodes), reserved(*sorted(nodes)), data)
 
 
 @pytest.mark.parametrize(
@@ -263,12 +263,12 @@ def test_start_state_validation_failures(
     description: str, nodes: dict[int, tuple[int, int]], data: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(MemoryStateError) as err:
-        MemoryManager.from_dict(machine(nodes), reserved(*sorted(nodes)), data)
+        MemoryManager.restore(machine(nodes), reserved(*sorted(nodes)), data)
     assert str(err.value) == message
 
 
 def test_start_should_fill_the_state_with_default_values_when_the_state_is_empty() -> None:
-    mm = MemoryManager.from_dict(machine({0: (3 * GB, 1)}), reserved(0), {"machineState": {}})
+    mm = MemoryManager.restore(machine({0: (3 * GB, 1)}), reserved(0), {"machineState": {}})
     assert mm.machine_state == one_node(
         table(1536 * MB, 1536 * MB, 0, 512 * MB, 3 * GB), table(GB, GB, 0, 0, GB)
     )
@@ -298,7 +298,7 @@ def test_start_should_validate_cross_numa_reserved_memory_vs_container_assignmen
         "pod1": {"container1": [block([0, 1], MEM, 768 * MB), block([0, 1], HP, GB)]},
         "pod2": {"container2": [block([0, 1], MEM, 256 * MB), block([0, 1], HP, GB)]},
     }
-    mm = MemoryManager.from_dict(
+    mm = MemoryManager.restore(
         machine({0: (2176 * MB, 1), 1: (2176 * MB, 1)}),
         reserved(0, 1),
         {"machineState": saved(group), "entries": entries},
@@ -327,7 +327,7 @@ def test_restart_after_cross_numa_release_keeps_the_saved_per_node_split() -> No
     mm.remove_container("a", "c")
     split = [mm.machine_state[n].memory_map[MEM].reserved for n in (0, 1)]
     assert split == [512 * MB, 512 * MB]
-    restored = MemoryManager.from_dict(topo, cfg, mm.to_dict())
+    restored = MemoryManager.restore(topo, cfg, mm.snapshot())
     assert restored.machine_state == mm.machine_state
     restored.remove_container("b", "c")
     assert restored.machine_state == MemoryManager(topo, cfg).machine_state
@@ -339,18 +339,18 @@ def test_restart_refuses_group_sums_that_differ() -> None:
     mm = MemoryManager(topo, cfg)
     p = PodSpec(uid="a", containers=(exclusive("c", GB),))
     mm.allocate(p, p.containers[0], TopologyHint(0b11, False))
-    data = mm.to_dict()
+    data = mm.snapshot()
     data["machineState"]["1"]["memoryMap"][MEM]["free"] -= MB
     data["machineState"]["1"]["memoryMap"][MEM]["reserved"] += MB
     with pytest.raises(MemoryStateError, match="expected machine state is different"):
-        MemoryManager.from_dict(topo, cfg, data)
+        MemoryManager.restore(topo, cfg, data)
 
 
 # --- TestStaticPolicyAllocate -----------------------------------------------------------------
 
 
 def test_allocate_should_do_nothing_once_container_already_exists_under_the_state_file() -> None:
-    mm = MemoryManager.from_dict(
+    mm = MemoryManager.restore(
         machine({0: (3 * GB, 1)}),
         reserved(0),
         {"entries": {"pod1": {"container1": [block([0], MEM, GB)]}}},
@@ -490,7 +490,7 @@ def test_allocate_with_init_containers(
 
 
 def test_allocate_restartable_should_do_nothing_once_containers_already_exist() -> None:
-    mm = MemoryManager.from_dict(
+    mm = MemoryManager.restore(
         machine({0: (3 * GB, 1)}),
         reserved(0),
         {
@@ -537,7 +537,7 @@ def test_remove_should_do_nothing_when_the_container_does_not_exist_under_the_st
 
 
 def test_remove_should_delete_the_container_assignment_and_update_the_machine_state() -> None:
-    mm = MemoryManager.from_dict(
+    mm = MemoryManager.restore(
         machine({0: (3 * GB, 1)}),
         reserved(0),
         {"entries": {"pod1": {"container1": [block([0], MEM, GB), block([0], HP, GB)]}}},
@@ -667,7 +667,7 @@ def test_saved_machine_state_decoder_refuses_garbage_cleanly(garbage: Any, path:
         data = garbage
     topo = machine({0: (3 * GB, 1), 1: (3 * GB, 1)})
     with contextlib.suppress(MemoryStateError):
-        MemoryManager.from_dict(topo, reserved(0, 1), {"machineState": data})
+        MemoryManager.restore(topo, reserved(0, 1), {"machineState": data})
 
 
 @settings(max_examples=150, deadline=None)
@@ -702,7 +702,7 @@ def test_state_restores_after_any_allocate_and_remove_sequence(
             mm.allocate(p, p.containers[0], offered[pick % len(offered)])
         else:
             mm.remove_container(f"p{uid}", "c")
-        restored = MemoryManager.from_dict(topo, cfg, mm.to_dict())
+        restored = MemoryManager.restore(topo, cfg, mm.snapshot())
         assert restored.machine_state == mm.machine_state
 
 
@@ -723,4 +723,4 @@ def test_single_node_hint_inside_a_cross_numa_group_is_refused_on_restart_like_t
     assert mm.machine_state[0].cells == [0] and mm.machine_state[1].cells == [0, 1]
     mm.remove_container("narrow", "c")
     with pytest.raises(MemoryStateError, match="expected machine state is different"):
-        MemoryManager.from_dict(topo, cfg, mm.to_dict())
+        MemoryManager.restore(topo, cfg, mm.snapshot())
