@@ -25,6 +25,7 @@ PROTOCOL_FORBIDDEN = (
     "nri_plrm.translate",
     "nri_plrm.config",
     "nri_plrm.config_file",
+    "nri_plrm.config_values",
     "nri_plrm.daemon",
     "nri_plrm.cli",
 )
