@@ -554,12 +554,12 @@ class CPUManager:
         """
         manager = cls(topology, config, topology_manager_policy=topology_manager_policy)
         saved = parse_state(data, POLICY_STATIC)
-        manager.load_state(saved.default, saved.entries, saved.pod_entries)
+        manager.start_from_state(saved.default, saved.entries, saved.pod_entries)
         manager._pool_consumers = saved.pool_consumers
         manager._exclusive_inits = saved.init_slices
         return manager
 
-    def load_state(
+    def start_from_state(
         self,
         default: CPUSet,
         entries: Mapping[str, Mapping[str, CPUSet]],

@@ -381,7 +381,7 @@ WITH_RESV_LIST = [
 
 def _run(case: Case, options: Mapping[str, str] | None) -> None:
     manager = _manager(case.machine, case.reserved, options, case.explicit)
-    manager.load_state(case.default, {"fakePod": dict(case.assignments)}, validate=False)
+    manager.start_from_state(case.default, {"fakePod": dict(case.assignments)}, validate=False)
     container = case.pod.containers[0]
     if case.error:
         with pytest.raises(AdmissionError) as info:
@@ -492,10 +492,10 @@ def test_static_policy_start(
     entries = {"fakePod": {k: P(v) for k, v in assignments.items()}} if assignments else {}
     if error:
         with pytest.raises(CPUStateError) as info:
-            manager.load_state(P(default), entries)
+            manager.start_from_state(P(default), entries)
         assert str(info.value) == error
     else:
-        manager.load_state(P(default), entries)
+        manager.start_from_state(P(default), entries)
         assert manager.default_cpuset == P(want)
 
 
@@ -533,10 +533,10 @@ def test_static_policy_start_with_resv_list(
     manager = _manager("topoDualSocketHT", options=options, explicit=P("0,1"))
     if error:
         with pytest.raises(CPUStateError) as info:
-            manager.load_state(P(default), {})
+            manager.start_from_state(P(default), {})
         assert str(info.value) == error
     else:
-        manager.load_state(P(default), {})
+        manager.start_from_state(P(default), {})
         assert manager.default_cpuset == P(want)
 
 
@@ -607,7 +607,7 @@ def test_static_policy_remove(
 ) -> None:
     manager = _manager("topoSingleSocketHT")
     entries = {"fakePod": {k: P(v) for k, v in assignments.items()}}
-    manager.load_state(P(default), entries, validate=False)
+    manager.start_from_state(P(default), entries, validate=False)
     manager.remove_container("fakePod", container)
     assert manager.default_cpuset == P(want)
     assert manager.assignment("fakePod", container) is None

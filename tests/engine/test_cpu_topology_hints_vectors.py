@@ -72,7 +72,7 @@ def _manager(machine: str, default: str, entries: Mapping[str, str], **options: 
         MACHINES[machine], CPUManagerConfig(reserved_cpu_count=0, options=dict(options))
     )
     state = {"fakePod": {k: P(v) for k, v in entries.items()}} if entries else {}
-    manager.load_state(P(default), state, validate=False)
+    manager.start_from_state(P(default), state, validate=False)
     return manager
 
 
