@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -81,7 +81,7 @@ class UpdateFlusher:
         await asyncio.sleep(0)
         while self._queued and self.sender is not None:
             keys, self._queued = self._queued, set()
-            updates = updates_for(self.ledger, sorted(keys))
+            updates = updates_for(self.ledger, current(self.ledger, sorted(keys)))
             if not updates:
                 continue
             try:
@@ -225,8 +225,8 @@ class Plugin:
         adjust = api.ContainerAdjustment()
         _fill_resources(adjust.linux.resources, assignment)
         owed, self._changed_at_admission = self._changed_at_admission, {}
-        keys = [*changes, *(key for key in owed if key not in changes)]
-        return adjust, updates_for(self.ledger, keys, exclude=container.id)
+        later = current(self.ledger, (key for key in owed if key not in changes))
+        return adjust, updates_for(self.ledger, {**changes, **later}, exclude=container.id)
 
     def update_container(
         self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
@@ -235,7 +235,7 @@ class Plugin:
         key = self.ledger.container(container.id)
         if key is None:
             return []
-        return updates_for(self.ledger, [key])
+        return updates_for(self.ledger, current(self.ledger, [key]))
 
     def stop_container(
         self, pod: api.PodSandbox, container: api.Container
@@ -428,15 +428,20 @@ class Plugin:
         )
 
 
+def current(ledger: NodeLedger, keys: Iterable[ContainerKey]) -> Changes:
+    """The current assignment of each of these containers the ledger still tracks."""
+    return {key: a for key in keys if (a := ledger.assignment(key)) is not None}
+
+
 def updates_for(
-    ledger: NodeLedger, keys: Iterable[ContainerKey], *, exclude: str = ""
+    ledger: NodeLedger, changes: Mapping[ContainerKey, ContainerAssignment], *, exclude: str = ""
 ) -> list[api.ContainerUpdate]:
-    """``ContainerUpdate`` messages with the current assignment of each tracked container."""
+    """``ContainerUpdate`` messages for these assignments, to the containers that have an id
+    (``exclude``: the one the reply adjusts)."""
     updates = []
-    for key in keys:
+    for key, assignment in changes.items():
         cid = ledger.tables.container_id(key)
-        assignment = ledger.assignment(key)
-        if cid is not None and cid != exclude and assignment is not None:
+        if cid is not None and cid != exclude:
             updates.append(_update(cid, assignment))
     return updates
 
