@@ -340,7 +340,7 @@ class _Parser:
                 field_name, option = parse_policy_option(name, value)
             except TopologyManagerConfigError as err:
                 hint = "" if name in TM_OPTIONS else did_you_mean(name, TM_OPTIONS)
-                self.error(key, value, f"{err}{hint}")
+                self.error(key, value, f"{clip(str(err))}{hint}")
                 continue
             parsed[field_name] = option
         return dataclasses.replace(settings, **parsed)
@@ -383,7 +383,7 @@ class _Parser:
             try:
                 parsed = parse_option_value(name, value)
             except CPUManagerConfigError as err:
-                self.error(key, value, str(err))
+                self.error(key, value, clip(str(err)))
                 continue
             if maturity == "alpha" and not settings.enable_alpha_options:
                 self.error(
