@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.cpu_manager import CPUManagerConfig
+from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Engine, EngineConfig
-from nri_plrm.engine.memory_manager import MemoryManagerConfig
+from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     SMT_ALIGNMENT_ERROR,

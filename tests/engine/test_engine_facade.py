@@ -288,6 +288,13 @@ def _gib(size: int) -> dict[str, int]:
     return {"cpu": 1000, "memory": size * GI}
 
 
+def _add(e: Engine, pod: PodSpec, container: ContainerSpec) -> None:
+    """NRI's order: the sandbox is admitted before its first container."""
+    if pod.uid not in e.pods():
+        e.admit_sandbox(pod)
+    e.add_container(pod, container)
+
+
 def _sized(name: str, size: int, kind: ContainerKind = ContainerKind.APP) -> ContainerSpec:
     return ContainerSpec(name, kind, _gib(size), _gib(size))
 
@@ -318,10 +325,10 @@ def test_exited_containers_memory_is_reused_as_the_kubelet_reuses_init_memory(sc
     # another pod allocates between the stop and the next container of the same pod
     e = Engine(seed_topology(), seed_config("best-effort", scope))
     p1 = PodSpec(uid="p1")
-    e.add_container(p1, _sized("c2", 1))
+    _add(e, p1, _sized("c2", 1))
     e.stop_container("p1", "c2")
-    e.add_container(PodSpec(uid="p0"), _sized("c0", 1))
-    e.add_container(p1, _sized("c0", 1))
+    _add(e, PodSpec(uid="p0"), _sized("c0", 1))
+    _add(e, p1, _sized("c0", 1))
     assert (_block_gib(e, "p1", "c2"), _block_gib(e, "p1", "c0"), _reserved_gib(e)) == (0, 1, 2)
     assert e.verify() == [] and _restored(e, scope).verify() == []
     for uid in e.pods():
@@ -332,10 +339,10 @@ def test_exited_containers_memory_is_reused_as_the_kubelet_reuses_init_memory(sc
     inc = Engine(seed_topology(), seed_config("best-effort", scope))
     pod = PodSpec(uid="p")
     for name in ("a", "b"):
-        inc.add_container(pod, _sized(name, 1))
+        _add(inc, pod, _sized(name, 1))
     for name in ("a", "b"):
         inc.stop_container("p", name)
-    inc.add_container(pod, _sized("c", 2))
+    _add(inc, pod, _sized("c", 2))
     whole = Engine(seed_topology(), seed_config("best-effort", scope))
     whole.admit_pod(
         PodSpec(
@@ -354,10 +361,10 @@ def test_exited_containers_memory_is_reused_as_the_kubelet_reuses_init_memory(sc
 
     # the plugin restarts between the stop and the next container
     e = Engine(seed_topology(), seed_config("best-effort", scope))
-    e.add_container(pod, _sized("a", 1))
+    _add(e, pod, _sized("a", 1))
     e.stop_container("p", "a")
     e = _restored(e, scope)
-    e.add_container(pod, _sized("c", 1))
+    _add(e, pod, _sized("c", 1))
     assert (_block_gib(e, "p", "a"), _block_gib(e, "p", "c"), _reserved_gib(e)) == (0, 1, 1)
     assert e.verify() == [] and _restored(e, scope).verify() == []
     e.remove_pod("p")

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_plrm.engine.bitmask import mask_of
-from nri_plrm.engine.memory_manager import MemoryManager, MemoryManagerConfig
+from nri_plrm.engine.memory_manager import MemoryManager
+from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.spec import AdmissionError, ContainerKind, ContainerSpec, PodSpec, TopologyHint
 from nri_plrm.topology.model import CPUInfo, Topology
 
@@ -86,5 +87,5 @@ def test_reusable_equals_the_kubelets_map_in_spec_order(
         assert reserved == sum(
             b.size for n in mm.containers("p") for b in mm.container_blocks("p", n) or ()
         )
-        MemoryManager.from_dict(topology, config, mm.to_dict())  # validateState accepts it
+        MemoryManager.restore(topology, config, mm.snapshot())  # validateState accepts it
     assert mm.reusable(pod) == _nonzero(literal)
