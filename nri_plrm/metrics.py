@@ -58,6 +58,7 @@ HOTPLUG_IGNORED = ("unreadable", "memory", "no_change")
 HOTPLUG_REPAIRS = ("cgroup_cpuset", "container_update")
 """Repairs after a CPU hotplug: a cgroup v1 ``cpuset.cpus`` given back, a container re-asserted."""
 CHECKPOINT_DAMAGE = (
+    "empty",
     "unreadable",
     "not-regular-file",
     "invalid-json",

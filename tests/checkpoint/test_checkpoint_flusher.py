@@ -21,9 +21,10 @@ import pytest
 from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.journal import JOURNAL_FILE, DecisionJournal
 from nri_plrm.checkpoint.store import STATE_FILE, CheckpointStore
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
-from nri_plrm.nri.stub import NRIError
+from nri_plrm.ledger import NodeLedger
+from nri_plrm.nri.handlers import NRIError
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
@@ -171,9 +172,10 @@ def test_a_failed_background_sync_is_logged_and_counted(
     assert len(DecisionJournal(tmp_path).read()[1]) == 2
 
 
-def _plugin(state: Path, **kwargs: Any) -> Plugin:
+def _plugin(state: Path, kubelet_state_path: str | None = None) -> Plugin:
     engine = Engine(MACHINES["default"], parse_config(CONFIG).engine_config())
-    return Plugin(engine, store=CheckpointStore(state), **kwargs)
+    store = CheckpointStore(state)
+    return Plugin(NodeLedger(engine, store=store, kubelet_state_path=kubelet_state_path))
 
 
 async def _create_all(plugin: Plugin) -> int:
@@ -194,21 +196,21 @@ async def _create_all(plugin: Plugin) -> int:
 def test_plugin_requests_never_wait_for_a_sync(tmp_path: Path, syncs: SyncLog) -> None:
     exports = tmp_path / "kubelet"
     plugin = _plugin(tmp_path, kubelet_state_path=str(exports))
-    plugin.restore()
+    plugin.ledger.open()
     at_start = len(syncs.on(_main()))
     assert asyncio.run(_create_all(plugin)) > 5
-    plugin.compact()  # the checkpoint write of a compaction on the loop, too
-    plugin.export_kubelet_state()  # and the kubelet-format export
+    plugin.ledger.compact()  # the checkpoint write of a compaction on the loop, too
+    plugin.ledger.export_kubelet_state()  # and the kubelet-format export
     assert (exports / "cpu_manager_state").exists()
     assert len(syncs.on(_main())) == at_start
-    plugin.close()
+    plugin.ledger.close()
     flushed = {(c.call, c.target) for c in syncs.calls if c.thread == "nri-plrm-flusher"}
     assert ("fsync", str(tmp_path / STATE_FILE)) in flushed
     assert ("fsync", str(tmp_path)) in flushed
     assert ("fsync", str(exports / "cpu_manager_state")) in flushed
     reader = _plugin(tmp_path)
-    assert reader.load() is None
-    assert reader.state()["plugin"]["pods"] == plugin.state()["plugin"]["pods"]
+    assert reader.ledger.load() is None
+    assert reader.ledger.snapshot()["plugin"]["pods"] == plugin.ledger.snapshot()["plugin"]["pods"]
 
 
 _APPENDER = """
@@ -291,14 +293,14 @@ def test_emptied_checkpoint_after_power_loss_is_unusable_not_fatal(
 
 def test_plugin_starts_empty_from_an_emptied_checkpoint(tmp_path: Path) -> None:
     live = _plugin(tmp_path)
-    live.restore()
+    live.ledger.open()
     asyncio.run(_create_all(live))
-    live.compact()
-    live.close()
+    live.ledger.compact()
+    live.ledger.close()
     (tmp_path / STATE_FILE).write_bytes(b"")  # the rename reached the disk, its data did not
     plugin = _plugin(tmp_path)
-    problem = plugin.restore()
+    problem = plugin.ledger.open()
     assert problem is not None and "no data" in problem
-    assert plugin.state()["plugin"]["pods"] == {}
-    assert plugin.engine.verify() == []
-    plugin.close()
+    assert plugin.ledger.snapshot()["plugin"]["pods"] == {}
+    assert plugin.ledger.engine.verify() == []
+    plugin.ledger.close()
