@@ -5,7 +5,9 @@ container entries and pod entries (the "bubble" of a pod-level pod). Driven whol
 (``allocate``/``allocate_pod``, as ``policy_static.go``) or incrementally for NRI
 (``allocate_pod_bubble``, ``take_from_pod``, ``set_container_cpus``,
 ``release_container_slice``). On purpose unlike the kubelet: a failed allocation leaves no
-partial state, and ``allocate_pod`` reuses an existing pod entry (kubernetes issue #140989).
+partial state, ``allocate_pod`` reuses an existing pod entry (kubernetes issue #140989), and
+init-container CPU reuse is derived from the saved entries (:meth:`CPUManager.reusable_cpus`)
+rather than kept in memory, so neither other pods nor a restart in between change it.
 Go map iteration is replaced by spec order and ascending ids.
 """
 
@@ -32,7 +34,7 @@ from nri_plrm.engine.cpu_requests import (
     qualifies_for_exclusive_cpus,
     validate_pod_scope_resources,
 )
-from nri_plrm.engine.cpu_state import parse_state, validate_state
+from nri_plrm.engine.cpu_state import parse_state, reusable_init_cpus, validate_state
 from nri_plrm.engine.spec import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
@@ -80,7 +82,6 @@ class CPUManager:
         self._pod_entries: dict[str, CPUSet] = {}
         self._pool_consumers: dict[str, set[str]] = {}
         self._exclusive_inits: dict[str, set[str]] = {}
-        self._cpus_to_reuse: dict[str, CPUSet] = {}
 
     # -- configuration -----------------------------------------------------------------------
     def _pick_reserved(self) -> CPUSet:
@@ -255,17 +256,14 @@ class CPUManager:
         self._default = self._default - result
         return result
 
-    def _update_cpus_to_reuse(self, pod: PodSpec, container: ContainerSpec, cpus: CPUSet) -> None:
-        for uid in [u for u in self._cpus_to_reuse if u != pod.uid]:
-            del self._cpus_to_reuse[uid]
-        current = self._cpus_to_reuse.get(pod.uid, EMPTY)
-        for init in pod.init_containers:
-            if init.name == container.name:
-                if not init.restartable:
-                    self._cpus_to_reuse[pod.uid] = current | cpus
-                    return
-                break
-        self._cpus_to_reuse[pod.uid] = current - cpus
+    def reusable_cpus(self, pod: PodSpec, name: str | None = None) -> CPUSet:
+        """Init-container CPUs container ``name`` of the pod may reuse (the kubelet's
+        ``cpusToReuse``), derived from the saved entries: see :func:`reusable_init_cpus`. Empty
+        for a pod with a pod entry: its init slices are reused inside the bubble."""
+        entries = self._entries.get(pod.uid)
+        if not entries or pod.uid in self._pod_entries:
+            return EMPTY
+        return reusable_init_cpus(pod, entries, name)
 
     def _gates_skip(self, pod: PodSpec) -> bool:
         return not self._plrm and pod.has_pod_level_resources
@@ -290,11 +288,13 @@ class CPUManager:
             if len(allocated) != requested:
                 return {CPU: []}
             return {CPU: self._generate_hints(allocated, EMPTY, requested)}
-        reusable = self._cpus_to_reuse.get(pod.uid, EMPTY)
+        reusable = self.reusable_cpus(pod, container.name)
         return {CPU: self._generate_hints(self.available_cpus(), reusable, requested)}
 
     def get_pod_topology_hints(self, pod: PodSpec) -> HintMap:
-        """Pod-scope hints (``GetPodTopologyHints``): pod budget or the classic aggregate."""
+        """Pod-scope hints (``GetPodTopologyHints``): pod budget or the classic aggregate. The
+        kubelet's reusable set (``cpusToReuse`` plus the CPUs already assigned) is the assigned
+        CPUs here: :meth:`reusable_cpus` is a subset of them."""
         requested = self.pod_guaranteed_cpus(pod)
         if requested == 0 or self._gates_skip(pod):
             return {}
@@ -314,8 +314,7 @@ class CPUManager:
             assigned = assigned | allocated
         if len(assigned) == requested:
             return {CPU: self._generate_hints(assigned, EMPTY, requested)}
-        reusable = self._cpus_to_reuse.get(pod.uid, EMPTY) | assigned
-        return {CPU: self._generate_hints(self.available_cpus(), reusable, requested)}
+        return {CPU: self._generate_hints(self.available_cpus(), assigned, requested)}
 
     # -- allocation: kubelet paths -----------------------------------------------------------
     def allocate(self, pod: PodSpec, container: ContainerSpec, hint: TopologyHint | None) -> None:
@@ -328,18 +327,15 @@ class CPUManager:
         if n == 0 or self._gates_skip(pod):
             return
         self._enforce_smt_alignment(n)
-        existing = self.assignment(pod.uid, container.name)
-        if existing is not None:
-            self._update_cpus_to_reuse(pod, container, existing)
+        if self.assignment(pod.uid, container.name) is not None:
             return
         affinity = hint.numa_affinity if hint is not None else None
-        reusable = self._cpus_to_reuse.get(pod.uid, EMPTY)
+        reusable = self.reusable_cpus(pod, container.name)
         try:
             cpus = self.allocate_cpus(n, affinity, reusable)
         except CPUAllocationError as err:
             raise unexpected(str(err)) from err
         self._entries.setdefault(pod.uid, {})[container.name] = cpus
-        self._update_cpus_to_reuse(pod, container, cpus)
 
     def allocate_pod(self, pod: PodSpec, hint: TopologyHint | None) -> None:
         """Pod scope with pod-level resources (``AllocatePod``): bubble, slices, pod shared pool.
@@ -511,7 +507,6 @@ class CPUManager:
         held = EMPTY.union(*self._entries.get(pod_uid, {}).values())
         self._default = self._default | (bubble if bubble is not None else held)
         self._forget_pod(pod_uid)
-        self._cpus_to_reuse.pop(pod_uid, None)
 
     def _forget_pod(self, pod_uid: str) -> None:
         self._entries.pop(pod_uid, None)
@@ -569,7 +564,7 @@ class CPUManager:
     ) -> None:
         """Replace the state (kubelet ``Start``): validated like ``validateState`` unless told not
         to; an empty default set with no entries initialises to all CPUs (minus reserved when
-        strict). Raises :class:`CPUStateError`. The in-memory init-container reuse is reset."""
+        strict). Raises :class:`CPUStateError`."""
         pods = dict(pod_entries or {})
         if validate:
             all_cpus = self._all
@@ -588,4 +583,3 @@ class CPUManager:
         self._pod_entries = pods
         self._pool_consumers = {}
         self._exclusive_inits = {}
-        self._cpus_to_reuse = {}

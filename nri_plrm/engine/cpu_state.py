@@ -1,4 +1,5 @@
-"""The CPU Manager's saved state: parsing and the kubelet's ``validateState``."""
+"""The CPU Manager's saved state: parsing, the kubelet's ``validateState``, and the init-container
+CPU reuse derived from it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nri_plrm.cpuset import CPUSet, CPUSetError
+from nri_plrm.cpuset import EMPTY, CPUSet, CPUSetError
+from nri_plrm.engine.spec import PodSpec
 
 
 class CPUStateError(ValueError):
@@ -92,6 +94,38 @@ def validate_state(
             f'current set of available CPUs "{all_cpus}" doesn\'t match with CPUs in state '
             f'"{known}"'
         )
+
+
+def reusable_init_cpus(
+    pod: PodSpec, entries: Mapping[str, CPUSet], name: str | None = None
+) -> CPUSet:
+    """CPUs container ``name`` of ``pod`` may reuse, given the pod's saved ``entries``: those of
+    the pod's regular (non-restartable) init containers listed before ``name`` (all of them when
+    ``name`` is not an init container), minus the CPUs every other entry of the pod holds
+    (sidecars, app containers, later init containers).
+
+    The kubelet keeps this in memory (``cpusToReuse``: a regular init container adds its CPUs,
+    any other container removes its own, another pod's allocation drops the map), so both agree
+    when a pod's containers are allocated in spec order, as the kubelet does. Derived from the
+    entries it does not change when NRI interleaves other pods or the plugin restarts.
+    """
+    donors: set[str] = set()
+    reuse = 0
+    for init in pod.init_containers:
+        if init.name == name:
+            break
+        if init.restartable:
+            continue
+        donors.add(init.name)
+        cpus = entries.get(init.name)
+        if cpus is not None:
+            reuse |= cpus.mask
+    if not reuse:
+        return EMPTY
+    for other, cpus in entries.items():
+        if other != name and other not in donors:
+            reuse &= ~cpus.mask
+    return CPUSet.from_mask(reuse)
 
 
 def _mapping(value: object, what: str) -> Mapping[Any, Any]:
