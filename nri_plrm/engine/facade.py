@@ -319,9 +319,9 @@ class Engine:
     def stop_container(self, pod_uid: str, name: str) -> Changes:
         """The container exited (NRI ``StopContainer``, maybe twice); see the module doc.
 
-        A classic container becomes a regular init container of the pod: its CPUs (re-asserted
-        as an init container's) and its memory blocks are then reusable by the pod's next
-        container (the kubelet's init reuse)."""
+        A classic container becomes a regular init container of the pod: its CPU entry and its
+        memory blocks are then reusable by the pod's next container (the kubelet's init reuse,
+        derived from the saved state by the CPU and memory managers)."""
         record = self._pods.get(pod_uid)
         if record is None or record.mode == MODE_WHOLE or name in record.stopped:
             return {}
@@ -346,14 +346,6 @@ class Engine:
             return {}
         as_init = ContainerSpec(name, ContainerKind.INIT, known.requests, known.limits)
         record.containers[record.containers.index(known)] = as_init
-        spec = record.spec_so_far()
-        hint = self.topology_manager.get_affinity(pod_uid, name)
-        try:
-            self.cpu_manager.allocate(spec, as_init, hint)
-        except AdmissionError:
-            # Re-asserting an existing entry only fails on full-pcpus-only's SMT check when
-            # the node filled up meanwhile; the CPUs then simply are not offered for reuse.
-            return {}
         return {}
 
     def remove_container(self, pod_uid: str, name: str) -> Changes:
