@@ -9,7 +9,6 @@ posts each queued event as a core/v1 ``Event`` (``involvedObject`` the pod, ``so
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -22,6 +21,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event
 
 from nri_plrm.metrics import Metrics
+from nri_plrm.podsource.background import BackgroundTask
 from nri_plrm.ratelimit import TokenBucket
 
 COMPONENT = "nri-plrm"
@@ -73,7 +73,7 @@ class EventRecorder:
         self._bucket = TokenBucket(rate, burst, clock)
         self._queue: asyncio.Queue[PodEvent] = asyncio.Queue(queue_size)
         self._recent: OrderedDict[PodEvent, float] = OrderedDict()
-        self._task: asyncio.Task[None] | None = None
+        self._runner = BackgroundTask("pod-events", self._run)
         self._overflow_logged = False
 
     def record(
@@ -112,9 +112,7 @@ class EventRecorder:
 
     def start(self) -> asyncio.Task[None]:
         """Run the posting task in the running loop."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="pod-events")
-        return self._task
+        return self._runner.start()
 
     async def drain(self) -> None:
         """Wait until every queued event was posted or failed."""
@@ -122,11 +120,7 @@ class EventRecorder:
 
     async def stop(self) -> None:
         """Stop posting (queued events are dropped)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._runner.stop()
 
     async def _run(self) -> None:
         while True:

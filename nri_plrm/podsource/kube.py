@@ -28,6 +28,7 @@ from lightkube.resources.core_v1 import Pod
 
 from nri_plrm.engine.spec import PodSpec
 from nri_plrm.metrics import Metrics
+from nri_plrm.podsource.background import BackgroundTask
 from nri_plrm.podsource.convert import PodObjectError, pod_key, pod_spec_from_api
 
 WATCH_TIMEOUT = 300
@@ -107,7 +108,7 @@ class KubePodCache:
         self._outage_logged = False
         self._missing_logged = False
         self._lists = 0
-        self._task: asyncio.Task[None] | None = None
+        self._runner = BackgroundTask("pod-cache", self.run)
         self._synced_event = asyncio.Event()
         if metrics is not None:
             metrics.set_pod_cache_available(False)
@@ -151,17 +152,11 @@ class KubePodCache:
 
     def start(self) -> asyncio.Task[None]:
         """Run the list+watch loop in a task of the running loop."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self.run(), name="pod-cache")
-        return self._task
+        return self._runner.start()
 
     async def stop(self) -> None:
         """Stop the loop and close the client."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._runner.stop()
         await self.client.close()
 
     async def wait_synced(self, timeout: float) -> bool:
@@ -328,10 +323,10 @@ class KubePodCache:
                 "Kubernetes API unreachable at %s (%s); deciding from NRI data only until it is "
                 "back (retrying with back-off)",
                 self.server,
-                _describe(exc),
+                describe_failure(exc),
             )
         else:
-            self.log.debug("pod cache: request failed: %s", _describe(exc))
+            self.log.debug("pod cache: request failed: %s", describe_failure(exc))
 
     def _fallback(self, reason: str, uid: str, namespace: str, name: str, detail: str = "") -> None:
         if self.metrics is not None:
@@ -365,7 +360,8 @@ def _is_gone(exc: BaseException) -> bool:
     return False
 
 
-def _describe(exc: BaseException) -> str:
+def describe_failure(exc: BaseException) -> str:
+    """A failed API request in one line: the HTTP status (and message) or the exception."""
     if isinstance(exc, ApiError):
         return f"HTTP {exc.status.code}: {exc.status.message}"
     if isinstance(exc, httpx2.HTTPStatusError):

@@ -19,7 +19,6 @@ object's ``resourceVersion`` and writes again. Identical content is not written 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -37,7 +36,8 @@ from nri_plrm.engine.topology_manager import (
     SCOPE_POD,
 )
 from nri_plrm.metrics import Metrics
-from nri_plrm.podsource.kube import Backoff
+from nri_plrm.podsource.background import BackgroundTask
+from nri_plrm.podsource.kube import Backoff, describe_failure
 from nri_plrm.topology.model import Topology
 
 GROUP = "topology.node.k8s.io"
@@ -183,7 +183,7 @@ class NodeTopologyExporter:
         self._state: Callable[[], Sequence[NumaAvailability]] | None = None
         self._dirty = asyncio.Event()
         self._idle = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._runner = BackgroundTask("nrt-export", self._run)
         self._node_uid: str | None = None
         self._rv: str | None = None
         self._written: tuple[Any, ...] | None = None
@@ -203,17 +203,11 @@ class NodeTopologyExporter:
 
     def start(self) -> asyncio.Task[None]:
         """Run the writer in the running loop (the first write follows at once)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="nrt-export")
-        return self._task
+        return self._runner.start()
 
     async def stop(self) -> None:
         """Stop writing."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._runner.stop()
 
     async def settled(self) -> None:
         """Wait until the last change is written (or found unchanged)."""
@@ -353,17 +347,11 @@ class NodeTopologyExporter:
             self.log.warning(
                 "NodeResourceTopology %s not written (%s); retrying with back-off",
                 self.node_name,
-                _describe(exc),
+                describe_failure(exc),
             )
         else:
-            self.log.debug("NodeResourceTopology write failed again: %s", _describe(exc))
+            self.log.debug("NodeResourceTopology write failed again: %s", describe_failure(exc))
 
     def _count(self, result: str) -> None:
         if self.metrics is not None:
             self.metrics.node_resource_topology_write(result)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiError):
-        return f"HTTP {exc.status.code}: {exc.status.message}"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
