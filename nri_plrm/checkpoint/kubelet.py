@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.kubelet_export import policy_of, read_regular, write_owned
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.memory_state import MemoryTable
 from nri_plrm.engine.spec import MemoryBlock
 
 CPU_MANAGER_STATE_FILE = "cpu_manager_state"
@@ -56,17 +57,6 @@ class CPUManagerState:
     """Pod UID -> container name -> cpuset."""
     pod_entries: Mapping[str, CPUSet] = field(default_factory=dict)
     """Pod UID -> the pod's whole allocation (pod-level pods only)."""
-
-
-@dataclass(frozen=True)
-class MemoryTable:
-    """One resource type on one NUMA node, in bytes (``state.MemoryTable``)."""
-
-    total: int
-    system_reserved: int
-    allocatable: int
-    reserved: int
-    free: int
 
 
 @dataclass(frozen=True)
@@ -267,14 +257,7 @@ def _machine_state_json(machine: Mapping[int, NUMANodeState]) -> dict[str, Any]:
         str(numa): {
             "numberOfAssignments": machine[numa].number_of_assignments,
             "memoryMap": {
-                name: {
-                    "total": t.total,
-                    "systemReserved": t.system_reserved,
-                    "allocatable": t.allocatable,
-                    "reserved": t.reserved,
-                    "free": t.free,
-                }
-                for name, t in sorted(machine[numa].memory_map.items())
+                name: t.to_dict() for name, t in sorted(machine[numa].memory_map.items())
             },
             "cells": list(machine[numa].cells),
         }

@@ -11,7 +11,6 @@ import pytest
 from nri_plrm.checkpoint.kubelet import (
     CPUManagerState,
     MemoryManagerState,
-    MemoryTable,
     NUMANodeState,
     encode_cpu_manager_state,
     encode_memory_manager_state,
@@ -23,6 +22,7 @@ from nri_plrm.doctor import kubelet
 from nri_plrm.doctor.kubelet import KubeletConfig, read_kubelet_config
 from nri_plrm.doctor.kubelet_process import find_kubelet, kubelet_from_argv
 from nri_plrm.doctor.result import Status
+from nri_plrm.engine.memory_state import MemoryTable
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_YAML = re.findall(r"```yaml\n(.*?)```", (REPO / "docs/install.md").read_text(), re.S)[0]

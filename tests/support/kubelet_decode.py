@@ -19,7 +19,6 @@ from nri_plrm.checkpoint.kubelet import (
     CPUManagerState,
     KubeletCheckpointError,
     MemoryManagerState,
-    MemoryTable,
     NUMANodeState,
     cpu_hash_text,
     fnv1a_32,
@@ -29,6 +28,7 @@ from nri_plrm.checkpoint.kubelet import (
 )
 from nri_plrm.checkpoint.kubelet_export import go_field
 from nri_plrm.cpuset import CPUSet, CPUSetError
+from nri_plrm.engine.memory_state import MemoryTable
 from nri_plrm.engine.spec import MemoryBlock
 
 V3_CPU_TYPE = "CPUManagerCheckpointV3"
