@@ -287,18 +287,11 @@ def encode_cpu_manager_state(state: CPUManagerState, fmt: str = "v4") -> bytes:
     }
     if state.entries:
         fields["entries"] = _entries_json(state.entries)
-    doc = {**fields, "checksum": cpu_checkpoint_checksum(state)}
-    if fmt == "v4":
-        data = dict(fields)
-        if state.pod_entries:
-            data["podEntries"] = {
-                pod: ({"cpuSet": str(cpus)} if cpus else {})
-                for pod, cpus in sorted(state.pod_entries.items())
-            }
-        text = _go_json(data)
-        doc["data"] = text
-        doc["dataChecksum"] = string_checksum(text)
-    return _go_json(doc).encode("utf-8")
+    pod_entries = {
+        pod: ({"cpuSet": str(cpus)} if cpus else {})
+        for pod, cpus in sorted(state.pod_entries.items())
+    }
+    return _checkpoint_bytes(fields, cpu_checkpoint_checksum(state), fmt == "v4", pod_entries)
 
 
 def encode_memory_manager_state(state: MemoryManagerState, fmt: str = "v3") -> bytes:
@@ -313,14 +306,23 @@ def encode_memory_manager_state(state: MemoryManagerState, fmt: str = "v3") -> b
     }
     if state.entries:
         fields["entries"] = _memory_entries_json(state.entries)
-    doc = {**fields, "checksum": memory_checkpoint_checksum(state)}
-    if fmt == "v3":
+    pod_entries = {
+        pod: {"memoryBlocks": _blocks_json(blocks)}
+        for pod, blocks in sorted(state.pod_entries.items())
+    }
+    return _checkpoint_bytes(fields, memory_checkpoint_checksum(state), fmt == "v3", pod_entries)
+
+
+def _checkpoint_bytes(
+    fields: dict[str, Any], checksum: int, with_data: bool, pod_entries: dict[str, Any]
+) -> bytes:
+    """The legacy ``fields`` with their ``checksum``; ``with_data`` (the 1.37 formats) adds
+    ``data`` (the fields plus any ``podEntries``, as JSON text) and its ``dataChecksum``."""
+    doc = {**fields, "checksum": checksum}
+    if with_data:
         data = dict(fields)
-        if state.pod_entries:
-            data["podEntries"] = {
-                pod: {"memoryBlocks": _blocks_json(blocks)}
-                for pod, blocks in sorted(state.pod_entries.items())
-            }
+        if pod_entries:
+            data["podEntries"] = pod_entries
         text = _go_json(data)
         doc["data"] = text
         doc["dataChecksum"] = string_checksum(text)
