@@ -28,6 +28,15 @@ def open_dir(path: Path, mode: int) -> int:
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
+def open_at(dfd: int, name: str) -> int | None:
+    """Open ``name`` inside the open directory ``dfd`` for reading, or None when it is missing;
+    never follows a symlink (OSError ELOOP) nor blocks on a FIFO."""
+    try:
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError:
+        return None
+
+
 def write_at(
     dfd: int, name: str, payload: bytes, mode: int, *, flusher: Flusher | None = None
 ) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nri_plrm.checkpoint.atomic import move_aside, open_dir, write_at
+from nri_plrm.checkpoint.atomic import move_aside, open_at, open_dir, write_at
 from nri_plrm.checkpoint.flusher import Flusher, SyncTarget
 
 JOURNAL_FILE = "journal.jsonl"
@@ -87,14 +87,13 @@ class DecisionJournal:
         ``nri-plrm state``), in which case it is left where it is."""
         dfd = open_dir(self.directory, 0o700)
         try:
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             try:
-                fd = os.open(JOURNAL_FILE, flags, dir_fd=dfd)
-            except FileNotFoundError:
-                return None, [], None
+                fd = open_at(dfd, JOURNAL_FILE)
             except OSError as exc:
                 kept = self._set_aside(dfd, quarantine)
                 return None, [], f"journal {self.path}: cannot open it ({exc}); {kept}"
+            if fd is None:
+                return None, [], None
             with os.fdopen(fd, "rb") as f:
                 if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                     kept = self._set_aside(dfd, quarantine)

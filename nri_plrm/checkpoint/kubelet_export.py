@@ -25,7 +25,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from nri_plrm.checkpoint.atomic import open_dir, write_at
+from nri_plrm.checkpoint.atomic import open_at, open_dir, write_at
 from nri_plrm.checkpoint.flusher import Flusher
 
 RECORD_FILE = ".nri-plrm-export"
@@ -234,17 +234,16 @@ def write_owned(
 
 
 def _read_entry(dfd: int, path: Path) -> bytes | None:
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path.name, flags, dir_fd=dfd)
-    except FileNotFoundError:
-        return None
+        fd = open_at(dfd, path.name)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ForeignFileError(
                 f"{path}: a symlink the plugin did not make: not replaced"
             ) from exc
         raise
+    if fd is None:
+        return None
     try:
         return _read_fd(fd, str(path), MAX_STATE_BYTES)
     finally:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nri_plrm.checkpoint.atomic import move_aside, open_dir, write_at
+from nri_plrm.checkpoint.atomic import move_aside, open_at, open_dir, write_at
 from nri_plrm.checkpoint.flusher import Flusher
 
 CURRENT_VERSION = 1
@@ -307,17 +307,16 @@ class CheckpointStore:
         return dfd
 
     def _read(self, dfd: int) -> bytes | None:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            fd = os.open(self.filename, flags, dir_fd=dfd)
-        except FileNotFoundError:
-            return None
+            fd = open_at(dfd, self.filename)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _Unusable(
                     "not-regular-file", f"checkpoint {self.path}: is a symlink, refusing to follow"
                 ) from exc
             raise _Unusable("unreadable", f"checkpoint {self.path}: cannot open: {exc}") from exc
+        if fd is None:
+            return None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -414,9 +413,8 @@ class CheckpointStore:
         return CheckpointProblem(bad.kind, bad.message, self.directory / target)
 
     def _keep_old_version(self, dfd: int, version: int) -> None:
-        try:
-            fd = os.open(self.filename, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-        except FileNotFoundError:
+        fd = open_at(dfd, self.filename)
+        if fd is None:
             return
         try:
             content = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
