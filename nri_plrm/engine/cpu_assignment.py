@@ -191,52 +191,53 @@ class _Accumulator:
         keyed = [((free & masks[i]).bit_count(), i) for i in ids]
         return [i for count, i in sorted(keyed) if count]
 
+    def _sort_within(
+        self,
+        groups: Sequence[int],
+        group_mask: Mapping[int, int],
+        members: Mapping[int, Sequence[int]],
+        member_mask: Mapping[int, int],
+    ) -> list[int]:
+        """Group by group in the order given, each group's members with free CPUs, sorted."""
+        out: list[int] = []
+        for group in groups:
+            cpus = self.free & group_mask[group]
+            present = [m for m in members[group] if cpus & member_mask[m]]
+            out.extend(self._sort(present, member_mask))
+        return out
+
     # -- orders ------------------------------------------------------------------------------
     def sorted_numa_nodes(self) -> list[int]:
         ix = self.ix
         if ix.numa_first:
             return self._sort(ix.numa_ids, ix.numa_mask)
-        out: list[int] = []
-        for socket in self.sorted_sockets():
-            cpus = self.free & ix.socket_mask[socket]
-            nodes = [n for n in ix.socket_numas[socket] if cpus & ix.numa_mask[n]]
-            out.extend(self._sort(nodes, ix.numa_mask))
-        return out
+        return self._sort_within(
+            self.sorted_sockets(), ix.socket_mask, ix.socket_numas, ix.numa_mask
+        )
 
     def sorted_sockets(self) -> list[int]:
         ix = self.ix
         if not ix.numa_first:
             return self._sort(ix.socket_ids, ix.socket_mask)
-        out: list[int] = []
-        for node in self.sorted_numa_nodes():
-            cpus = self.free & ix.numa_mask[node]
-            sockets = [s for s in ix.numa_sockets[node] if cpus & ix.socket_mask[s]]
-            out.extend(self._sort(sockets, ix.socket_mask))
-        return out
+        return self._sort_within(
+            self.sorted_numa_nodes(), ix.numa_mask, ix.numa_sockets, ix.socket_mask
+        )
 
     def sorted_cores(self) -> list[int]:
         ix = self.ix
-        out: list[int] = []
         if ix.numa_first:
-            for socket in self.sorted_sockets():
-                cpus = self.free & ix.socket_mask[socket]
-                cores = [c for c in ix.socket_cores[socket] if cpus & ix.core_mask[c]]
-                out.extend(self._sort(cores, ix.core_mask))
-        else:
-            for node in self.sorted_numa_nodes():
-                cpus = self.free & ix.numa_mask[node]
-                cores = [c for c in ix.numa_cores[node] if cpus & ix.core_mask[c]]
-                out.extend(self._sort(cores, ix.core_mask))
-        return out
+            return self._sort_within(
+                self.sorted_sockets(), ix.socket_mask, ix.socket_cores, ix.core_mask
+            )
+        return self._sort_within(
+            self.sorted_numa_nodes(), ix.numa_mask, ix.numa_cores, ix.core_mask
+        )
 
     def sorted_uncore_caches(self) -> list[int]:
         ix = self.ix
-        out: list[int] = []
-        for node in self.sorted_numa_nodes():
-            cpus = self.free & ix.numa_mask[node]
-            caches = [u for u in ix.numa_uncores[node] if cpus & ix.uncore_mask[u]]
-            out.extend(self._sort(caches, ix.uncore_mask))
-        return out
+        return self._sort_within(
+            self.sorted_numa_nodes(), ix.numa_mask, ix.numa_uncores, ix.uncore_mask
+        )
 
     def sorted_cpus(self, strategy: SortingStrategy) -> list[int]:
         ix = self.ix
