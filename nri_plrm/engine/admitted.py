@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.bitmask import mask_of
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec, TopologyHint
 from nri_plrm.engine.spec_json import (
@@ -37,6 +38,8 @@ class AdmittedPod:
     stopped: set[str] = field(default_factory=set)
     shared: set[str] = field(default_factory=set)
     """Incremental pod-level: containers on the pod shared pool."""
+    baselines: dict[str, CPUSet] = field(default_factory=dict)
+    """Exclusive CPUs resized containers were created with (the kubelet's baseline)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (the engine snapshot's ``pods`` entries)."""
@@ -47,6 +50,7 @@ class AdmittedPod:
             "containers": [container_to_dict(c) for c in self.containers],
             "stopped": sorted(self.stopped),
             "shared": sorted(self.shared),
+            "baselines": {name: str(cpus) for name, cpus in sorted(self.baselines.items())},
         }
 
     @classmethod
@@ -60,6 +64,7 @@ class AdmittedPod:
             containers=[container_from_dict(c) for c in data.get("containers", [])],
             stopped={str(n) for n in data.get("stopped", [])},
             shared={str(n) for n in data.get("shared", [])},
+            baselines={str(n): CPUSet.parse(str(c)) for n, c in data.get("baselines", {}).items()},
         )
 
     def spec_so_far(self) -> PodSpec:

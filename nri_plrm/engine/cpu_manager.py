@@ -470,6 +470,15 @@ class CPUManager:
         self._pool_consumers.get(pod_uid, set()).discard(name)
         self._init_slices(pod_uid).discard(name)
 
+    def set_pod_cpus(self, pod_uid: str, cpus: CPUSet) -> None:
+        """Replace a pod-level pod's reserved CPUs (a pod budget resize; CPUs it gains come
+        from :meth:`allocate_cpus`, CPUs it drops go back with :meth:`give_back`)."""
+        self._pod_entries[pod_uid] = cpus
+
+    def give_back(self, cpus: CPUSet) -> None:
+        """Return CPUs an in-place resize took from a container or a pod to the shared pool."""
+        self._default = self._default | cpus
+
     def release_container_slice(self, pod_uid: str, name: str) -> None:
         """Give an exited container's exclusive slice back to the pod shared pool.
 

@@ -12,7 +12,7 @@ docs/design.md explains the incremental rules and where they meet the kubelet's.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nri_plrm.cpuset import CPUSet
@@ -41,6 +41,7 @@ from nri_plrm.engine.spec import (
     ContainerSpec,
     MemoryBlock,
     PodSpec,
+    ResizeGates,
     ResourceList,
     TopologyHint,
 )
@@ -67,11 +68,12 @@ class EngineStateError(ValueError):
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """The three managers' settings."""
+    """The three managers' settings and the kubelet's resize feature gates."""
 
     topology_manager: TopologyManagerConfig
     cpu_manager: CPUManagerConfig
     memory_manager: MemoryManagerConfig
+    resize: ResizeGates = field(default_factory=ResizeGates)
 
 
 @dataclass(frozen=True)
@@ -376,6 +378,32 @@ class Engine:
         self._pods.pop(pod_uid, None)
         self._node_shared = {k for k in self._node_shared if k[0] != pod_uid}
         return self._changes_since(before)
+
+    # -- in-place resize (nri_plrm/engine/resize.py) -------------------------------------------
+
+    def pod_so_far(self, pod_uid: str) -> PodSpec | None:
+        """The pod as known now (whole spec, or budget plus the containers seen), or None."""
+        record = self._pods.get(pod_uid)
+        if record is None:
+            return None
+        return record.spec if record.mode == MODE_WHOLE else record.spec_so_far()
+
+    def admitted(self, pod_uid: str) -> AdmittedPod | None:
+        """What the engine holds for an admitted pod (for the resize rules), or None."""
+        return self._pods.get(pod_uid)
+
+    def is_stopped(self, pod_uid: str, name: str) -> bool:
+        """True for a container reported exited (NRI ``StopContainer``) and not restarted."""
+        record = self._pods.get(pod_uid)
+        return record is not None and name in record.stopped
+
+    def current(self, pod_uid: str, name: str) -> ContainerAssignment:
+        """A container's assignment as the managers hold it now."""
+        return self._assignment_of(pod_uid, name)
+
+    def changes_since(self, before: CPUSet, exclude: tuple[str, str] | None = None) -> Changes:
+        """Every node-shared container (but ``exclude``) when the node shared pool moved."""
+        return self._changes_since(before, exclude)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 

@@ -165,3 +165,14 @@ class TopologyHint:
 HintMap = Mapping[str, "list[TopologyHint] | None"]
 """Hints per resource name. A missing map or a None list means "no preference"; an empty list
 means the resource cannot be satisfied on any NUMA combination."""
+
+
+@dataclass(frozen=True)
+class ResizeGates:
+    """The kubelet feature gates that decide which resizes are performed (defaults: off, as in
+    kubelet 1.35-1.37)."""
+
+    exclusive_cpus: bool = False
+    """``InPlacePodVerticalScalingExclusiveCPUs``."""
+    pod_level: bool = False
+    """``InPlacePodLevelResourcesVerticalScaling``."""
