@@ -19,6 +19,7 @@ from nri_plrm.engine.cpu_options import (
 )
 from nri_plrm.engine.facade import EngineConfig
 from nri_plrm.engine.memory_state import MemoryManagerConfig
+from nri_plrm.engine.spec import ResizeGates
 from nri_plrm.engine.topology_manager import (
     DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
     OPTION_MAX_ALLOWABLE,
@@ -200,6 +201,17 @@ class MemoryManagerSettings:
 
 
 @dataclass(frozen=True)
+class ResizeSettings:
+    """``[resize]``: the kubelet feature gates that decide which in-place resizes are performed
+    (off by default, as in kubelet 1.35-1.37; docs/design.md "In-place resize")."""
+
+    exclusive_cpus: bool = False
+    """The kubelet's ``InPlacePodVerticalScalingExclusiveCPUs``."""
+    pod_level_resources: bool = False
+    """The kubelet's ``InPlacePodLevelResourcesVerticalScaling``."""
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration; defaults are the documented ones."""
 
@@ -213,6 +225,7 @@ class Config:
     topology_manager: TopologyManagerSettings = field(default_factory=TopologyManagerSettings)
     cpu_manager: CPUManagerSettings = field(default_factory=CPUManagerSettings)
     memory_manager: MemoryManagerSettings = field(default_factory=MemoryManagerSettings)
+    resize: ResizeSettings = field(default_factory=ResizeSettings)
     source: str = "<defaults>"
 
     def topology_manager_config(self) -> TopologyManagerConfig:
@@ -241,6 +254,7 @@ class Config:
             topology_manager=self.topology_manager_config(),
             cpu_manager=self.cpu_manager_config(),
             memory_manager=self.memory_manager_config(),
+            resize=ResizeGates(self.resize.exclusive_cpus, self.resize.pod_level_resources),
         )
 
     def flat(self) -> dict[str, object]:

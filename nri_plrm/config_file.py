@@ -47,6 +47,7 @@ from nri_plrm.config import (
     MetricsSettings,
     NRISettings,
     PodResourcesSettings,
+    ResizeSettings,
     StateSettings,
     TopologyManagerSettings,
     TopologySettings,
@@ -162,6 +163,7 @@ class _Parser:
             topology_manager=tm,
             cpu_manager=cm,
             memory_manager=self._memory_manager(tables["memory_manager"]),
+            resize=self._table("resize", tables["resize"], ResizeSettings()),
             source=self.source,
         )
         problem = align_by_socket_policy_problem(tm.policy)

@@ -190,6 +190,8 @@ async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> i
     metrics.attach_view(plugin.ledger, topology)
     if exporter is not None:
         exporter.attach(lambda: free_per_numa(plugin.ledger.engine))
+    if kube is not None:
+        kube.cache.on_change = plugin.follow_pod
     stub = Stub(
         plugin,
         name=config.nri.plugin_name,

@@ -32,7 +32,16 @@ from nri_plrm.metrics import Metrics
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.translate.nri_to_pod import IntentError, container_spec, pod_identity, pod_intent
+from nri_plrm.resizes import Resizes
+from nri_plrm.single_container import DEMOTE, SingleContainerInference
+from nri_plrm.translate.nri_to_pod import (
+    IntentError,
+    container_spec,
+    pod_identity,
+    pod_intent,
+    resized_budget,
+    resized_container,
+)
 
 UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
 """Sends an unsolicited ``UpdateContainers`` (the stub's ``update_containers``)."""
@@ -119,6 +128,14 @@ class Plugin:
         self.events = events
         self.runtime = ("", "")
         self.flusher = UpdateFlusher(ledger, self.log)
+        self.inference = SingleContainerInference(ledger, self.log, self._event)
+        self.resizes = Resizes(
+            ledger,
+            metrics=metrics,
+            log=self.log,
+            decision_log=self._decision_log,
+            event=self._event,
+        )
         self._changed_at_admission: dict[ContainerKey, None] = {}
         """Containers changed by a RunPodSandbox (its reply carries no updates): they go with
         the next CreateContainer reply."""
@@ -221,21 +238,68 @@ class Plugin:
             assert record is not None
         if not record.managed:
             return None, []
-        assignment, changes = self._place(record, container)
+        assignment, changes, kind = self._place_inferred(record, container)
         adjust = api.ContainerAdjustment()
         _fill_resources(adjust.linux.resources, assignment)
         owed, self._changed_at_admission = self._changed_at_admission, {}
         later = current(self.ledger, (key for key in owed if key not in changes))
-        return adjust, updates_for(self.ledger, {**changes, **later}, exclude=container.id)
+        updates = updates_for(self.ledger, {**changes, **later}, exclude=container.id)
+        if kind == DEMOTE:
+            updates = self.inference.with_budget_quota(uid, updates)
+        return adjust, updates
+
+    def _place_inferred(
+        self, record: PodRecord, container: api.Container
+    ) -> tuple[ContainerAssignment, Changes, str | None]:
+        """:meth:`_place` after the NRI-only single-container inference; the step taken."""
+        kind, changes = self.inference.before_place(record, container)
+        try:
+            assignment, placed = self._place(record, container)
+        except NRIError:
+            if kind is not None:
+                self._send_later(self.inference.undo(record.uid, kind))
+            raise
+        return assignment, {**changes, **placed}, kind
 
     def update_container(
         self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
     ) -> list[api.ContainerUpdate]:
-        """Re-assert the container's pinning over what the kubelet asked for."""
+        """An in-place resize when the kubelet changed the container's CPU or memory (performed
+        or refused as the kubelet does, docs/design.md section 10); otherwise re-assert the
+        container's pinning over what the kubelet asked for."""
         key = self.ledger.container(container.id)
-        if key is None:
+        record = self.ledger.pod(key[0]) if key is not None else None
+        if key is None or record is None:
             return []
-        return updates_for(self.ledger, current(self.ledger, [key]))
+        spec = self.ledger.engine.pod_so_far(key[0])
+        old = spec.container(key[1]) if spec is not None else None
+        new = resized_container(record.intent, old, resources) if old is not None else None
+        if new is None:
+            return updates_for(self.ledger, current(self.ledger, [key]))
+        assignment, changes = self.resizes.container(record, key[1], new)
+        others = updates_for(self.ledger, changes, exclude=container.id)
+        return [_update(container.id, assignment), *others]
+
+    def update_pod_sandbox(
+        self,
+        pod: api.PodSandbox,
+        overhead: api.LinuxResources | None,
+        resources: api.LinuxResources | None,
+    ) -> None:
+        """An in-place resize of the pod budget (pod-level resources): performed or refused as
+        the kubelet does; the containers whose pool changed are updated right after the reply."""
+        record = self.ledger.pod(pod_identity(pod)[0])
+        if record is None or not record.managed:
+            return
+        if record.spec is not None and not record.spec.has_pod_level_resources:
+            return
+        intent = resized_budget(record.intent, resources)
+        if intent is not None:
+            self._send_later(self.resizes.pod(record, intent))
+
+    def follow_pod(self, spec: PodSpec) -> None:
+        """API mode: the pod cache saw this pod's resources change (an in-place resize)."""
+        self._send_later(self.resizes.follow(spec))
 
     def stop_container(
         self, pod: api.PodSandbox, container: api.Container
@@ -387,7 +451,7 @@ class Plugin:
 
     def _adopt_container(self, record: PodRecord, ctr: api.Container) -> None:
         try:
-            self._place(record, ctr)
+            self._place_inferred(record, ctr)
         except NRIError as exc:
             self.log.warning("container %s left unpinned at adoption: %s", ctr.id, exc)
             return

@@ -293,6 +293,30 @@ class NodeLedger:
         self.commit(op, release=True)
         return record, changes
 
+    def resize(self, key: ContainerKey, new: ContainerSpec) -> tuple[ContainerAssignment, Changes]:
+        """Resize a container in place. Raises ``AdmissionError`` (nothing changed; the caller
+        counts the refusal) or :class:`NotSavedError` (undone)."""
+        assignment, changes, op = self._state.resize(*key, new)
+        self.commit(op)
+        return assignment, changes
+
+    def resize_pod(self, uid: str, intent: PodIntent) -> Changes:
+        """Resize a pod budget in place. Raises ``AdmissionError`` or :class:`NotSavedError`."""
+        changes, op = self._state.resize_pod(uid, intent)
+        self.commit(op)
+        return changes
+
+    def reclass(self, uid: str, kind: str) -> Changes:
+        """Re-admit an NRI-only pod as classic ("promote") or as its budget ("demote"). Raises
+        ``AdmissionError`` (back to the durable state) or :class:`NotSavedError`."""
+        try:
+            changes, op = self._state.reclass(uid, kind)
+        except AdmissionError:
+            self._revert()
+            raise
+        self.commit(op)
+        return changes
+
     def commit(self, op: Op, *, release: bool = False) -> None:
         """Make a decision durable before its reply. A failed write undoes a decision and raises
         :class:`NotSavedError`; a release cannot be undone, so it stays in memory and the journal

@@ -8,9 +8,11 @@ so a restarted plugin reaches the same state (the engine is deterministic).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from nri_plrm.engine.facade import Changes, Engine
+from nri_plrm.engine.resize import resize_container, resize_pod, with_container
 from nri_plrm.engine.spec import AdmissionError, ContainerAssignment, ContainerSpec, PodSpec
 from nri_plrm.engine.spec_json import (
     container_from_dict,
@@ -19,7 +21,14 @@ from nri_plrm.engine.spec_json import (
     spec_to_dict,
 )
 from nri_plrm.ledger.tables import PodRecord, Tables
-from nri_plrm.translate.nri_to_pod import PodIntent, intent_from_dict, intent_to_dict
+from nri_plrm.translate.nri_to_pod import (
+    PodIntent,
+    as_budget,
+    as_classic,
+    budget_container,
+    intent_from_dict,
+    intent_to_dict,
+)
 
 Op = dict[str, Any]
 """One journal record: a decision's inputs, replayable through the engine."""
@@ -135,6 +144,52 @@ class Transitions:
             self.tables.ids.pop(cid, None)
         return record, self._changed(uid, self.engine.remove_pod(uid)), op
 
+    def resize(
+        self, uid: str, name: str, new: ContainerSpec
+    ) -> tuple[ContainerAssignment, Changes, Op]:
+        """Resize a container in place (engine/resize.py). Raises ``AdmissionError`` with the
+        kubelet's reason and message; nothing changes then."""
+        record = self.tables.pods[uid]
+        assignment, changes = resize_container(self.engine, uid, new)
+        if record.spec is not None:
+            record.spec = with_container(record.spec, new)
+        op: Op = {"op": "resize", "uid": uid, "name": name, "container": container_to_dict(new)}
+        return assignment, self._changed(uid, changes), op
+
+    def resize_pod(self, uid: str, intent: PodIntent) -> tuple[Changes, Op]:
+        """Resize a pod budget in place to ``intent``'s pod-level resources. Raises
+        ``AdmissionError``; nothing changes then."""
+        record = self.tables.pods[uid]
+        requests, limits = intent.spec.requests or {}, intent.spec.limits or {}
+        changes = resize_pod(self.engine, uid, requests, limits)
+        record.intent = intent
+        if record.spec is not None:
+            record.spec = replace(record.spec, requests=dict(requests), limits=dict(limits))
+        op: Op = {"op": "resize_pod", "uid": uid, "intent": intent_to_dict(intent)}
+        return self._changed(uid, changes), op
+
+    def reclass(self, uid: str, kind: str) -> tuple[Changes, Op]:
+        """NRI-only single-container inference: re-admit a pod as classic ("promote", its first
+        container holding the budget) or as its budget ("demote"), with its containers so far
+        (stopped ones stopped). Raises ``AdmissionError``, leaving the pod half re-admitted:
+        the caller reverts to the durable state."""
+        record = self.tables.pods[uid]
+        engine = self.engine
+        intent = as_classic(record.intent) if kind == "promote" else as_budget(record.intent)
+        stopped = {n for n in record.containers if engine.is_stopped(uid, n)}
+        changes = dict(engine.remove_pod(uid))
+        changes.update(engine.admit_sandbox(intent.spec, intent.aggregate))
+        record.intent = intent
+        for name in record.containers:
+            spec = budget_container(intent, name) if kind == "promote" else ContainerSpec(name)
+            assignment, more = engine.add_container(intent.spec, spec)
+            changes.update(more)
+            changes[(uid, name)] = assignment
+            if name in stopped:
+                changes.update(engine.stop_container(uid, name))
+        live = {k: a for k in changes if (a := engine.assignment(*k)) is not None}
+        return self._changed(uid, live), {"op": kind, "uid": uid}
+
     def replay(self, op: Mapping[str, Any]) -> None:
         """Apply a journal record; raises ``AdmissionError``, KeyError, TypeError or
         ValueError when it does not apply."""
@@ -164,5 +219,11 @@ class Transitions:
             self.remove_container(str(op["cid"]))
         elif kind == "remove_pod":
             self.remove_pod(str(op["uid"]))
+        elif kind == "resize":
+            self.resize(str(op["uid"]), str(op["name"]), container_from_dict(op["container"]))
+        elif kind == "resize_pod":
+            self.resize_pod(str(op["uid"]), intent_from_dict(op["intent"]))
+        elif kind in ("promote", "demote"):
+            self.reclass(str(op["uid"]), str(kind))
         else:
             raise ValueError(f"unknown operation {kind!r}")

@@ -110,6 +110,8 @@ class KubePodCache:
         self._lists = 0
         self._runner = BackgroundTask("pod-cache", self.run)
         self._synced_event = asyncio.Event()
+        self.on_change: Callable[[PodSpec], None] | None = None
+        """Called with a known pod whose resources changed (an in-place resize)."""
         if metrics is not None:
             metrics.set_pod_cache_available(False)
 
@@ -285,7 +287,13 @@ class KubePodCache:
             self._invalid[key] = str(exc)
         else:
             self._invalid.pop(key, None)
+            previous = self._specs.get(key)
             self._specs[key] = spec
+            if previous is not None and self.on_change is not None and resized(previous, spec):
+                try:
+                    self.on_change(spec)
+                except Exception:  # a follower's bug must not stop the watch
+                    self.log.exception("pod cache: following the resize of %s failed", key)
         waiter = self._waiters.get(key)
         if waiter is not None:
             waiter.event.set()
@@ -350,6 +358,19 @@ class KubePodCache:
             reason,
             f": {detail}" if detail else "",
         )
+
+
+def resized(old: PodSpec, new: PodSpec) -> bool:
+    """True when a pod's pod-level or container resources differ between two specs."""
+
+    def resources(pod: PodSpec) -> object:
+        return (
+            pod.requests,
+            pod.limits,
+            [(c.name, c.requests, c.limits) for c in pod.all_containers()],
+        )
+
+    return resources(old) != resources(new)
 
 
 def _is_gone(exc: BaseException) -> bool:

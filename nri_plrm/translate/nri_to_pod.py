@@ -24,7 +24,12 @@ from nri_plrm.engine.spec import (
 )
 from nri_plrm.engine.spec_json import spec_from_dict, spec_to_dict
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.translate.pod_to_cri import DEFAULT_CPU_PERIOD, MIN_SHARES, SHARES_PER_CPU
+from nri_plrm.translate.pod_to_cri import (
+    DEFAULT_CPU_PERIOD,
+    MIN_SHARES,
+    SHARES_PER_CPU,
+    sandbox_resources,
+)
 
 _PAGE_SIZE = re.compile(r"^([0-9]+)([KMGTP]?)B$")
 
@@ -229,15 +234,18 @@ def pod_intent(pod: api.PodSandbox) -> PodIntent:
 
 
 def container_resources(container: api.Container) -> ResourceValues:
-    """The container's forwarded resources.
-
-    A running container reported by Synchronize carries the resources applied to it: a CPU
-    quota of -1 means a CPU manager gave it exclusive CPUs (only exclusive containers get it),
-    so with shares of n*1024 it is read back as the n whole CPUs it asked for.
-    """
+    """The container's forwarded resources (see :func:`resource_values`)."""
     if not (container.HasField("linux") and container.linux.HasField("resources")):
         return ResourceValues()
-    values = ResourceValues.from_nri(container.linux.resources)
+    return resource_values(container.linux.resources)
+
+
+def resource_values(resources: api.LinuxResources | None) -> ResourceValues:
+    """Forwarded container resources. A running container reported by Synchronize carries the
+    resources applied to it: a CPU quota of -1 means a CPU manager gave it exclusive CPUs (only
+    exclusive containers get it), so with shares of n*1024 it is read back as the n whole CPUs
+    it asked for."""
+    values = ResourceValues.from_nri(resources)
     n, rest = divmod(values.cpu_shares, SHARES_PER_CPU)
     if values.cpu_quota == -1 and n >= 1 and not rest:
         period = values.cpu_period or DEFAULT_CPU_PERIOD
@@ -256,6 +264,136 @@ def container_spec(intent: PodIntent, container: api.Container) -> ContainerSpec
         return ContainerSpec(name=container.name)
     requests, limits = values.requests_and_limits()
     return ContainerSpec(name=container.name, requests=requests, limits=limits)
+
+
+def resized_container(
+    intent: PodIntent, old: ContainerSpec, resources: api.LinuxResources | None
+) -> ContainerSpec | None:
+    """The container an ``UpdateContainer`` asks for, or None when its CPU and memory values are
+    those the plugin already holds (the kubelet re-applying them).
+
+    Only what the CRI carries is compared: the CPU request (from the shares), the CPU limit
+    (quota) and the memory limit. In a pod with a budget, a value the container does not set
+    arrives as the pod's (the kubelet copies the limits, and the shares follow) and stays
+    unset. A value the message does not carry is kept. The memory request is not forwarded: it
+    keeps following the limit when it equalled it, and is kept otherwise; hugepages are kept.
+    """
+    values = resource_values(resources)
+    budget = intent.budget if intent.mode is PodMode.BUDGET else None
+    old_request = old.requests.get(CPU, old.limits.get(CPU, 0))
+    old_memory = old.limits.get(MEMORY, 0)
+    shares, quota, memory = _carried(resources)
+    cpu_limit = values.cpu_limit_millis if quota else old.limits.get(CPU, 0)
+    memory_limit = values.memory_limit if memory else old_memory
+    cpu_request = values.cpu_request_millis if shares else old_request
+    if budget is not None and CPU not in old.limits and cpu_limit == budget.cpu_limit_millis:
+        cpu_limit = 0
+    if budget is not None and MEMORY not in old.limits and memory_limit == budget.memory_limit:
+        memory_limit = 0
+    if budget is not None and not old_request and cpu_request == budget.cpu_request_millis:
+        cpu_request = 0
+    if (
+        cpu_request == (old_request if old_request >= 3 else 0)
+        and cpu_limit == old.limits.get(CPU, 0)
+        and memory_limit == old_memory
+    ):
+        return None
+    requests = {k: v for k, v in old.requests.items() if k not in (CPU, MEMORY)}
+    limits = {k: v for k, v in old.limits.items() if k not in (CPU, MEMORY)}
+    if cpu_request:
+        requests[CPU] = cpu_request
+    if cpu_limit:
+        limits[CPU] = cpu_limit
+    if memory_limit > 0:
+        limits[MEMORY] = memory_limit
+        memory_request = old.requests.get(MEMORY)
+        if memory_request is None and not old_memory and cpu_request == cpu_limit:
+            memory_request = memory_limit
+        if memory_request is not None:
+            follows = memory_request == old_memory or memory_request > memory_limit
+            requests[MEMORY] = memory_limit if follows else memory_request
+    return ContainerSpec(old.name, old.kind, requests, limits)
+
+
+def _carried(resources: api.LinuxResources | None) -> tuple[bool, bool, bool]:
+    """Whether the CPU shares, the CPU quota (with its period) and the memory limit are in the
+    message; a value that is not carried is left as it was."""
+    if resources is None:
+        return False, False, False
+    cpu = resources.cpu if resources.HasField("cpu") else None
+    shares = cpu is not None and cpu.HasField("shares")
+    quota = cpu is not None and cpu.HasField("quota")
+    quota = quota and (cpu is not None and (cpu.HasField("period") or cpu.quota.value <= 0))
+    memory = resources.HasField("memory") and resources.memory.HasField("limit")
+    return shares, quota, memory
+
+
+def resized_budget(intent: PodIntent, resources: api.LinuxResources | None) -> PodIntent | None:
+    """The pod an ``UpdatePodSandbox`` asks for when it changes a BUDGET pod's budget; None for
+    an unchanged budget and for CLASSIC pods (their containers carry the change)."""
+    if intent.mode is not PodMode.BUDGET or resources is None:
+        return None
+    values = ResourceValues.from_nri(resources)
+    same = values.same_limits(intent.budget)
+    if same and dict(values.hugepage_limits) == dict(intent.budget.hugepage_limits):
+        return None
+    requests, limits = values.requests_and_limits()
+    spec = dataclasses.replace(intent.spec, requests=requests, limits=limits)
+    return PodIntent(spec=spec, budget=values, qos=values.qos(), mode=PodMode.BUDGET)
+
+
+def is_sole_guaranteed_candidate(intent: PodIntent, container: api.Container) -> bool:
+    """True for a container of a BUDGET pod whose values equal the budget: the pod's first
+    container is then taken as a classic Guaranteed container (docs/design.md section 2)."""
+    return intent.mode is PodMode.BUDGET and container_resources(container).same_limits(
+        intent.budget
+    )
+
+
+def as_classic(intent: PodIntent) -> PodIntent:
+    """A BUDGET pod taken as a classic Guaranteed pod (its sole container holds the budget)."""
+    bare = PodSpec(uid=intent.spec.uid, namespace=intent.spec.namespace, name=intent.spec.name)
+    return PodIntent(spec=bare, budget=intent.budget, qos=intent.qos, mode=PodMode.CLASSIC)
+
+
+def as_budget(intent: PodIntent) -> PodIntent:
+    """The pod budget again (the inverse of :func:`as_classic`)."""
+    requests, limits = intent.budget.requests_and_limits()
+    spec = dataclasses.replace(intent.spec, requests=requests, limits=limits)
+    return PodIntent(spec=spec, budget=intent.budget, qos=intent.qos, mode=PodMode.BUDGET)
+
+
+def is_promoted(intent: PodIntent) -> bool:
+    """True for a pod taken as classic although its budget alone would make it BUDGET."""
+    budget = intent.budget
+    return (
+        intent.mode is PodMode.CLASSIC
+        and budget.qos() is QOSClass.GUARANTEED
+        and budget.integral_cpus > 0
+    )
+
+
+def budget_container(intent: PodIntent, name: str) -> ContainerSpec:
+    """The classic Guaranteed container holding the whole budget."""
+    requests, limits = intent.budget.requests_and_limits()
+    return ContainerSpec(name=name, requests=requests, limits=limits)
+
+
+def budget_intent(intent: PodIntent, pod: PodSpec) -> PodIntent:
+    """``intent`` with the pod-level resources of ``pod`` (a resize seen in the API), its
+    budget values as the kubelet forwards them."""
+    cri = sandbox_resources(pod)
+    budget = ResourceValues(
+        cpu_shares=cri.cpu_shares,
+        cpu_quota=cri.cpu_quota,
+        cpu_period=cri.cpu_period,
+        memory_limit=cri.memory_limit_in_bytes,
+        hugepage_limits={
+            k: v for k, v in (pod.limits or {}).items() if k.startswith(HUGEPAGES_PREFIX)
+        },
+    )
+    spec = dataclasses.replace(intent.spec, requests=pod.requests, limits=pod.limits)
+    return PodIntent(spec=spec, budget=budget, qos=budget.qos(), mode=intent.mode)
 
 
 def intent_to_dict(intent: PodIntent) -> dict[str, Any]:

@@ -194,8 +194,8 @@ def test_paged_synchronize_without_checkpoint_adopts_everything(tmp_path: Path) 
 
 
 def test_kubelet_update_overwriting_a_pinned_cpuset_is_reasserted(tmp_path: Path) -> None:
-    """The kubelet (managers off) sends UpdateContainer with its own view: every CPU and a
-    CFS quota. The reply pins the container back and keeps quota disabled."""
+    """The kubelet (managers off) sends UpdateContainer with its own view: every CPU and the
+    container's CFS quota. The reply pins the container back and keeps quota disabled."""
 
     async def main() -> None:
         async with node(tmp_path) as n:
@@ -205,9 +205,9 @@ def test_kubelet_update_overwriting_a_pinned_cpuset_is_reasserted(tmp_path: Path
             before = exclusive_cpus(n.rt)
             for cid in sorted(before):
                 kubelet = api.LinuxResources()
+                kubelet.CopyFrom(n.rt.containers[cid].msg.linux.resources)
                 kubelet.cpu.cpus = "0-63"
-                kubelet.cpu.quota.value = 200_000
-                kubelet.cpu.period.value = 100_000
+                assert kubelet.cpu.quota.value > 0
                 resp = await n.rt.update(cid, kubelet)
                 assert [u.container_id for u in resp.update] == [cid]
                 assert n.rt.containers[cid].cpus == before[cid]

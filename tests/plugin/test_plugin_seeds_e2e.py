@@ -285,7 +285,9 @@ def test_containerd_2_1_state_change_events(tmp_path: Path) -> None:
     plugin.ledger.open()
 
     async def main() -> None:
-        async with serve(plugin, str(tmp_path / "nri.sock"), nri_version="v0.8.0") as s:
+        async with serve(
+            plugin, str(tmp_path / "nri.sock"), nri_version="v0.8.0", runtime_version="v2.1.4"
+        ) as s:
             assert s.sim.session is not None
             assert s.sim.session.events & ~0x7FF == 0
             pod = await s.runtime.launch(spec)

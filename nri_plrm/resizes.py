@@ -1,0 +1,110 @@
+"""In-place resizes as ledger decisions (docs/design.md section 10).
+
+:class:`Resizes` runs a resize the plugin read from ``UpdateContainer``/``UpdatePodSandbox`` or
+from the API watch through the :class:`~nri_plrm.ledger.NodeLedger`, and turns a refusal (the
+kubelet's reason and message) into a failed request that is counted in
+``resource_manager_allocation_errors_total``, logged and posted as an Event; nothing changes then.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from nri_plrm.engine.facade import Changes
+from nri_plrm.engine.resize import MEMORY_STATIC_MESSAGE
+from nri_plrm.engine.spec import AdmissionError, ContainerAssignment, ContainerSpec, PodSpec
+from nri_plrm.ledger import NodeLedger, NotSavedError
+from nri_plrm.ledger.tables import ContainerKey, PodRecord
+from nri_plrm.metrics import Metrics
+from nri_plrm.nri.handlers import NRIError
+from nri_plrm.translate.nri_to_pod import PodIntent, budget_intent
+
+DecisionLog = Callable[[PodRecord, str, "ContainerAssignment | None", str], None]
+"""Logs one decision: pod, container ("" for the pod), assignment, reason."""
+EventSink = Callable[[PodRecord, AdmissionError, str], None]
+"""Posts the kubelet's reason and a message as an Event on the pod."""
+
+
+class Resizes:
+    """Performs or refuses in-place resizes through the ledger (see the module docstring)."""
+
+    def __init__(
+        self,
+        ledger: NodeLedger,
+        *,
+        metrics: Metrics | None,
+        log: logging.Logger,
+        decision_log: DecisionLog,
+        event: EventSink,
+    ) -> None:
+        self.ledger = ledger
+        self.metrics = metrics
+        self.log = log
+        self.decision_log = decision_log
+        self.event = event
+
+    def container(
+        self, record: PodRecord, name: str, new: ContainerSpec
+    ) -> tuple[ContainerAssignment, Changes]:
+        """Resize a container; raises ``NRIError`` with the kubelet's message when refused."""
+        try:
+            assignment, changes = self.ledger.resize((record.uid, name), new)
+        except AdmissionError as err:
+            self.refused(record, name, err)
+            raise NRIError(f"pod {record.label()} container {name}: {err.reason}: {err}") from err
+        except NotSavedError as exc:
+            raise NRIError(str(exc)) from exc
+        self.decision_log(record, name, assignment, f"resized, {assignment.assignment.value}")
+        return assignment, changes
+
+    def pod(self, record: PodRecord, intent: PodIntent) -> Changes:
+        """Resize a pod budget; raises ``NRIError`` with the kubelet's message when refused."""
+        try:
+            changes = self.ledger.resize_pod(record.uid, intent)
+        except AdmissionError as err:
+            self.refused(record, "", err)
+            raise NRIError(f"pod {record.label()}: {err.reason}: {err.message}") from err
+        except NotSavedError as exc:
+            raise NRIError(str(exc)) from exc
+        cpus = self.ledger.engine.pod_cpus(record.uid)
+        self.decision_log(record, "", None, f"pod resized, pod cpus {cpus or '-'}")
+        return changes
+
+    def follow(self, spec: PodSpec) -> list[ContainerKey]:
+        """API mode: the pod cache saw this pod's resources change. Run the resize now, as its
+        ``UpdatePodSandbox``/``UpdateContainer`` would (they then find it done); the containers
+        to update. A refusal is counted and posted and stops the rest of the resize (the
+        kubelet's request then fails the same way)."""
+        record = self.ledger.pod(spec.uid)
+        known = self.ledger.engine.pod_so_far(spec.uid)
+        if record is None or record.spec is None or not record.managed or known is None:
+            return []
+        changed: dict[ContainerKey, None] = {}
+        try:
+            if spec.has_pod_level_resources and (spec.requests, spec.limits) != (
+                known.requests,
+                known.limits,
+            ):
+                changed.update(dict.fromkeys(self.pod(record, budget_intent(record.intent, spec))))
+            for ctr in spec.all_containers():
+                old = known.container(ctr.name)
+                if old is None or ctr.name not in record.containers:
+                    continue
+                if (old.requests, old.limits) != (ctr.requests, ctr.limits):
+                    new = replace(ctr, kind=old.kind)
+                    changed.update(dict.fromkeys(self.container(record, ctr.name, new)[1]))
+                    changed[(spec.uid, ctr.name)] = None
+        except NRIError as exc:
+            self.log.warning("pod=%s uid=%s resize not applied: %s", record.label(), spec.uid, exc)
+        return list(changed)
+
+    def refused(self, record: PodRecord, name: str, err: AdmissionError) -> None:
+        """A refused resize: counted, logged and posted as an Event; nothing changed."""
+        if self.metrics is not None:
+            resource = "memory" if err.message == MEMORY_STATIC_MESSAGE else "cpu"
+            source = "pod" if self.ledger.engine.pod_cpus(record.uid) is not None else "node"
+            self.metrics.record_allocation(resource, source, ok=False)
+        self.decision_log(record, name, None, f"resize refused {err.reason}: {err.message}")
+        self.event(record, err, err.message)

@@ -1,0 +1,147 @@
+"""NRI-only single-container inference (issue 13): a pod whose one container asks for exactly the
+pod's budget is the classic Guaranteed pod it most likely is: exclusive CPUs, CFS quota -1 and
+node-level reporting (PodResources, the assignments gauge), in both scopes; a second container
+of the same pod demotes it to the pod's shared pool with the budget's quota (an ``update`` in the
+second container's CreateContainer reply). API mode stays exact."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from plrm_harness import serve
+
+from nri_plrm.checkpoint.store import CheckpointStore
+from nri_plrm.config_file import parse_config
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import AssignmentType, ContainerSpec, PodSpec
+from nri_plrm.ledger import NodeLedger
+from nri_plrm.metrics import Metrics
+from nri_plrm.plugin import Plugin
+from nri_plrm.podresources.report import pod_message
+from nri_plrm.topology.machines import MACHINES
+
+GI = 1 << 30
+SCOPES = ("pod", "container")
+
+
+def config(scope: str) -> str:
+    return f'[topology_manager]\npolicy = "single-numa-node"\nscope = "{scope}"\n'
+
+
+def classic_single() -> PodSpec:
+    res = {"cpu": 4000, "memory": 2 * GI}
+    return PodSpec(
+        uid="uid-one", name="one", containers=(ContainerSpec("app", requests=res, limits=res),)
+    )
+
+
+def pod_level_two() -> PodSpec:
+    """A pod budget whose containers set no resources: both share the pool."""
+    res = {"cpu": 4000, "memory": 2 * GI}
+    return PodSpec(
+        uid="uid-one",
+        name="one",
+        requests=res,
+        limits=res,
+        containers=(ContainerSpec("app"), ContainerSpec("logger")),
+    )
+
+
+def new_plugin(tmp_path: Path, scope: str) -> Plugin:
+    metrics = Metrics()
+    plugin = Plugin(
+        NodeLedger(
+            Engine(MACHINES["default"], parse_config(config(scope)).engine_config()),
+            store=CheckpointStore(tmp_path / "state"),
+            observer=metrics,
+        ),
+        metrics=metrics,
+    )
+    plugin.ledger.open()
+    metrics.attach_view(plugin.ledger, MACHINES["default"])
+    return plugin
+
+
+def gauge(plugin: Plugin, kind: AssignmentType) -> float:
+    assert plugin.metrics is not None
+    plugin.metrics.update_view_gauges()
+    value = plugin.metrics.registry.get_sample_value(
+        "resource_manager_container_assignments",
+        {"resource_name": "cpu", "assignment_type": kind.value},
+    )
+    return value or 0.0
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+def test_single_container_is_a_classic_guaranteed_container(tmp_path: Path, scope: str) -> None:
+    spec = classic_single()
+    plugin = new_plugin(tmp_path, scope)
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            pod = await s.runtime.launch(spec)
+            applied = s.runtime.applied(pod, "app")
+            assert applied.quota == -1
+            cpus = s.runtime.cpus_of(pod, "app")
+            assert len(cpus) == 4
+            (view,) = plugin.ledger.pods()
+            (app,) = view.containers
+            assert app.assignment is not None
+            assert app.assignment.assignment is AssignmentType.NODE_EXCLUSIVE
+            msg = pod_message(view)
+            assert list(msg.containers[0].cpu_ids) == cpus.sorted()
+            assert list(msg.cpu_ids) == []
+            assert gauge(plugin, AssignmentType.NODE_EXCLUSIVE) == 1
+            assert gauge(plugin, AssignmentType.POD_SHARED) == 0
+            # What the kubelet holds for the same classic pod.
+            kubelet = Engine(MACHINES["default"], parse_config(config(scope)).engine_config())
+            kubelet.admit_pod(spec)
+            assert kubelet.assignment(spec.uid, "app") == plugin.ledger.engine.assignment(
+                spec.uid, "app"
+            )
+        again = new_plugin(tmp_path, scope)
+        held = again.ledger.engine.assignment(spec.uid, "app")
+        assert held is not None and held.assignment is AssignmentType.NODE_EXCLUSIVE
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+def test_second_container_demotes_the_first(tmp_path: Path, scope: str) -> None:
+    spec = pod_level_two()
+    plugin = new_plugin(tmp_path, scope)
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            rt = s.runtime
+            pod = await rt.run_pod(spec)
+            await rt.create(pod, spec, spec.containers[0])
+            first = rt.id_of(pod, "app")
+            assert rt.applied(pod, "app").quota == -1
+            resp = await rt.create(pod, spec, spec.containers[1])
+            (update,) = [u for u in resp.update if u.container_id == first]
+            assert update.linux.resources.cpu.quota.value == 400000
+            assert rt.applied(pod, "app").quota == 400000
+            held = plugin.ledger.engine.assignment(spec.uid, "app")
+            logger = plugin.ledger.engine.assignment(spec.uid, "logger")
+            assert held is not None and logger is not None
+            assert not held.exclusive and held.cpus == logger.cpus
+            assert rt.cpus_of(pod, "app") == rt.cpus_of(pod, "logger") == held.cpus
+            expected = AssignmentType.POD_SHARED if scope == "pod" else AssignmentType.NODE_SHARED
+            assert held.assignment is logger.assignment is expected
+            assert gauge(plugin, AssignmentType.NODE_EXCLUSIVE) == 0
+            # The same as a pod-level pod seen whole.
+            whole = Engine(MACHINES["default"], parse_config(config(scope)).engine_config())
+            whole.admit_pod(spec)
+            same = whole.assignment(spec.uid, "app")
+            assert same is not None and same.cpus == held.cpus
+            assert first in rt.containers
+        again = new_plugin(tmp_path, scope)
+        assert again.ledger.engine.assignment(spec.uid, "app") == plugin.ledger.engine.assignment(
+            spec.uid, "app"
+        )
+        assert again.ledger.engine.verify() == []
+
+    asyncio.run(main())
