@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from fault_daemon import ForkedDaemon, checkpointed_engine, prepare
@@ -93,21 +94,29 @@ async def churn_step(rt: FakeRuntime, rng: random.Random, live: list[str], uid: 
             await rt.stop(rng.choice(sorted(running)))
 
 
+async def kill_after(proc: ForkedDaemon, victim: BaseProcess, delay: float) -> None:
+    """SIGKILL ``victim`` after ``delay`` seconds. The victim is fixed when the kill is
+    scheduled: a kill reading the current process when it lands could hit the next daemon."""
+    await asyncio.sleep(delay)
+    await proc.kill(victim)
+
+
 async def one_kill(
     seed: int, sim: NRISimulator, rt: FakeRuntime, proc: ForkedDaemon, live: list[str]
 ) -> dict[str, CPUSet]:
     """Churn until the plugin dies at the seed's moment; containerd carries on without it."""
     rng = random.Random(seed)
     before = exclusive_cpus(rt)
-    loop = asyncio.get_running_loop()
-    killer = loop.create_task(asyncio.sleep(rng.uniform(0.0, 0.04)))
-    killer.add_done_callback(lambda _t: loop.create_task(proc.kill()))
+    victim = proc.proc
+    assert victim is not None
+    killer = asyncio.get_running_loop().create_task(
+        kill_after(proc, victim, rng.uniform(0.0, 0.04))
+    )
     step = 0
     while not killer.done() and step < 40:
         await churn_step(rt, rng, live, f"s{seed}-{step}")
         step += 1
-    await killer
-    await proc.kill()
+    await killer  # the victim is dead and reaped: nothing of this kill outlives it
     for k in range(rng.randrange(3)):  # changes while the plugin is away
         await churn_step(rt, rng, live, f"s{seed}-away-{k}")
     return before

@@ -125,6 +125,8 @@ class ForkedDaemon:
         return self.proc.pid
 
     def start(self) -> None:
+        """Start a new daemon; the previous one must be dead (killed, terminated)."""
+        assert self.proc is None or not self.proc.is_alive(), "previous daemon still running"
         self.proc = self.ctx.Process(target=serve, args=(str(self.config), str(self.log)))
         self.proc.start()
 
@@ -133,9 +135,11 @@ class ForkedDaemon:
         soft = resource.RLIM_INFINITY if size is None else size
         resource.prlimit(self.pid, resource.RLIMIT_FSIZE, (soft, resource.RLIM_INFINITY))
 
-    async def kill(self) -> None:
-        """SIGKILL (no clean-up of any kind) and reap."""
-        proc = self.proc
+    async def kill(self, proc: BaseProcess | None = None) -> None:
+        """SIGKILL (no clean-up of any kind) and reap ``proc``, by default the current daemon.
+        A kill that runs later than it was decided (a task) must name its process: by then
+        ``start()`` may have replaced the current one."""
+        proc = self.proc if proc is None else proc
         if proc is None:
             return
         with contextlib.suppress(ProcessLookupError, ValueError):
