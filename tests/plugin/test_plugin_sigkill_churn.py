@@ -94,11 +94,19 @@ class Daemon:
                 env=env,
             )
 
-    async def kill(self) -> None:
-        assert self.proc is not None
+    async def kill(self, proc: asyncio.subprocess.Process | None = None) -> None:
+        """SIGKILL and reap ``proc``, by default the current daemon (a kill decided earlier
+        names its process: ``start()`` may have replaced the current one since)."""
+        proc = self.proc if proc is None else proc
+        assert proc is not None
         with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
+            proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+
+    async def kill_after(self, victim: asyncio.subprocess.Process, delay: float) -> None:
+        """SIGKILL ``victim`` after ``delay`` seconds, even if a new daemon started since."""
+        await asyncio.sleep(delay)
+        await self.kill(victim)
 
     async def terminate(self) -> int:
         assert self.proc is not None
@@ -141,9 +149,9 @@ def test_sigkill_churn_of_200_pods(tmp_path: Path) -> None:
                 if i in kill_at:
                     before = exclusive_cpus(rt)
                     delay = rng.uniform(0, 0.02)
-                    killer = asyncio.get_running_loop().create_task(asyncio.sleep(delay))
-                    killer.add_done_callback(
-                        lambda _t: asyncio.get_running_loop().create_task(daemon.kill())
+                    assert daemon.proc is not None
+                    killer = asyncio.get_running_loop().create_task(
+                        daemon.kill_after(daemon.proc, delay)
                     )
                 spec = shapes(i)
                 pod = await rt.launch(spec)
@@ -152,8 +160,7 @@ def test_sigkill_churn_of_200_pods(tmp_path: Path) -> None:
                     victim_id, _ = live.pop(rng.randrange(len(live)))
                     await rt.remove_pod(rt.pods[victim_id])
                 if killer is not None:
-                    await killer
-                    await daemon.kill()
+                    await killer  # the daemon is dead and reaped
                     # containerd carries on without the plugin for a while
                     extra = shapes(PODS + i)
                     pod = await rt.launch(dataclasses.replace(extra, uid=f"away-{i}"))
