@@ -217,6 +217,12 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.state_dir_lost = Counter(
+            "nri_plrm_state_directory_lost",
+            "Times the state directory or the decision journal was found deleted or replaced; "
+            "the directory was recreated and a full checkpoint written before the next reply.",
+            registry=r,
+        )
         self.reconciled = Counter(
             "nri_plrm_reconciled_containers",
             "Containers adopted, corrected or released while reconciling with the runtime.",
@@ -427,6 +433,10 @@ class Metrics:
     def record_checkpoint_sync_failure(self) -> None:
         """A background fsync of a state file failed (called from the flusher thread)."""
         self.checkpoint_sync_failures.inc()
+
+    def record_state_directory_lost(self) -> None:
+        """The state directory or the journal was deleted or replaced (and written again)."""
+        self.state_dir_lost.inc()
 
     def record_corrupt_checkpoint(self, kind: str) -> None:
         """A checkpoint or journal was found unusable (``kind``: one of ``CHECKPOINT_DAMAGE``)."""

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -32,6 +34,7 @@ from nri_plrm.metrics import Metrics
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.reconcile import Reconciler
 from nri_plrm.resizes import Resizes
 from nri_plrm.single_container import DEMOTE, SingleContainerInference
 from nri_plrm.translate.nri_to_pod import (
@@ -48,6 +51,9 @@ UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
 
 INVALID_RESOURCES = "InvalidResources"
 """Reason given when a container's NRI resources cannot be read."""
+UNPLACED_REASON = "UnexpectedAdmissionError"
+"""Reason counted and posted when a running container cannot get its allocation (the kubelet's
+reason for an allocation that fails after admission)."""
 
 
 class UpdateFlusher:
@@ -126,6 +132,8 @@ class Plugin:
         self.log = logger or logging.getLogger("nri_plrm.plugin")
         self.lookup_timeout = lookup_timeout
         self.events = events
+        self._lookups: dict[str, PodSpec | None] | None = None
+        """Pod spec lookups already made during the current Synchronize."""
         self.runtime = ("", "")
         self.flusher = UpdateFlusher(ledger, self.log)
         self.inference = SingleContainerInference(ledger, self.log, self._event)
@@ -133,7 +141,7 @@ class Plugin:
             ledger,
             metrics=metrics,
             log=self.log,
-            decision_log=self._decision_log,
+            decision_log=self.decision_log,
             event=self._event,
         )
         self._changed_at_admission: dict[ContainerKey, None] = {}
@@ -177,7 +185,7 @@ class Plugin:
         uid, namespace, name = pod_identity(pod)
         if self._known_sandbox(uid, pod.id):
             return
-        spec = await self._lookup(uid, namespace, name)
+        spec = await self.lookup(uid, namespace, name)
         if self._known_sandbox(uid, pod.id):
             return
         try:
@@ -195,14 +203,17 @@ class Plugin:
                 aggregate=None if spec else intent.aggregate,
             )
             why = rejection_text(err, cause)
-            self._decision_log(record, "", None, f"rejected {err.reason}: {why}")
+            self.decision_log(record, "", None, f"rejected {err.reason}: {why}")
             self._event(record, err, why)
             raise NRIError(f"{err.reason}: {why}") from err
         except NotSavedError as exc:
             raise NRIError(str(exc)) from exc
         self._changed_at_admission.update(dict.fromkeys(changes))
+        if not self.log.isEnabledFor(self._decision_level):
+            return
         cpus = self.ledger.engine.pod_cpus(uid)
-        self.log.info(
+        self.log.log(
+            self._decision_level,
             "pod=%s uid=%s admitted mode=%s budget_cpus=%d pod_cpus=%s",
             record.label(),
             uid,
@@ -237,8 +248,13 @@ class Plugin:
             record = self.ledger.pod(uid)
             assert record is not None
         if not record.managed:
-            return None, []
-        assignment, changes, kind = self._place_inferred(record, container)
+            assignment = self.node_pool_fallback(
+                record, container, "the pod could not be placed", counted=False
+            )
+            adjust = api.ContainerAdjustment()
+            _fill_resources(adjust.linux.resources, assignment)
+            return adjust, []
+        assignment, changes, kind = self.place_inferred(record, container)
         adjust = api.ContainerAdjustment()
         _fill_resources(adjust.linux.resources, assignment)
         owed, self._changed_at_admission = self._changed_at_admission, {}
@@ -248,13 +264,13 @@ class Plugin:
             updates = self.inference.with_budget_quota(uid, updates)
         return adjust, updates
 
-    def _place_inferred(
+    def place_inferred(
         self, record: PodRecord, container: api.Container
     ) -> tuple[ContainerAssignment, Changes, str | None]:
-        """:meth:`_place` after the NRI-only single-container inference; the step taken."""
+        """:meth:`place` after the NRI-only single-container inference; the step taken."""
         kind, changes = self.inference.before_place(record, container)
         try:
-            assignment, placed = self._place(record, container)
+            assignment, placed = self.place(record, container)
         except NRIError:
             if kind is not None:
                 self._send_later(self.inference.undo(record.uid, kind))
@@ -342,48 +358,31 @@ class Plugin:
         Every change is written at once with one full checkpoint at the end; when that fails,
         the reconciliation is undone and the request fails (the runtime retries on reconnect).
         """
+        start = time.perf_counter()
+        collecting = gc.isenabled()
+        gc.disable()  # it builds the node's state: collecting half-way is wasted work
+        self._lookups = {}  # one API lookup per pod, however many steps ask
         try:
             with self.ledger.batch():
-                updates = await self._reconcile(pods, containers)
+                reconciler = Reconciler(self)
+                updates = await reconciler.run(pods, containers)
         except NotSavedError as exc:
             raise NRIError(f"reconciliation not applied: {exc}") from exc
+        finally:
+            self._lookups = None
+            if collecting:
+                gc.freeze()  # what it built lives as long as the plugin: no collection walks it
+                gc.enable()
         self.flusher.clear()
         self._changed_at_admission.clear()
+        reconciler.log_summary(len(pods), len(containers), len(updates), start)
         return updates
 
-    async def _reconcile(
-        self, pods: list[api.PodSandbox], containers: list[api.Container]
-    ) -> list[api.ContainerUpdate]:
-        tables = self.ledger.tables
-        reported_pods = {pod_identity(p)[0]: p for p in pods}
-        by_sandbox = {p.id: p for p in pods}
-        reported_ids = {c.id for c in containers}
-        for uid in [u for u in tables.pods if u not in reported_pods]:
-            self.remove_pod_sandbox(_sandbox_of(tables.pods[uid]))
-        for cid, (uid, name) in list(tables.ids.items()):
-            if cid not in reported_ids:
-                self.remove_container(reported_pods[uid], api.Container(id=cid, name=name))
-                self._count_reconcile("released")
-        for uid, sandbox in reported_pods.items():
-            if uid not in tables.pods:
-                await self._adopt_pod(sandbox)
-        for ctr in sorted(containers, key=lambda c: c.created_at):
-            owner = by_sandbox.get(ctr.pod_sandbox_id)
-            if owner is None:
-                continue
-            record = self.ledger.pod(pod_identity(owner)[0])
-            if record is None or not record.managed:
-                continue
-            if ctr.id not in tables.ids:
-                self._adopt_container(record, ctr)
-        updates: list[api.ContainerUpdate] = []
-        for ctr in containers:
-            key = tables.ids.get(ctr.id)
-            assignment = self.ledger.assignment(key) if key is not None else None
-            if assignment is not None and not _matches(ctr, assignment):
-                updates.append(_update(ctr.id, assignment))
-                self._count_reconcile("corrected")
-        return updates
+    @property
+    def _decision_level(self) -> int:
+        """Decisions are logged at INFO, except inside Synchronize (one summary line there;
+        every change it makes is logged on its own)."""
+        return logging.DEBUG if self.ledger.in_batch else logging.INFO
 
     def on_disconnect(self) -> None:
         """Connection lost: pending pool updates are dropped (the next Synchronize redoes them)."""
@@ -391,11 +390,17 @@ class Plugin:
 
     # ----------------------------------------------------------------- internals
 
-    async def _lookup(self, uid: str, namespace: str, name: str) -> PodSpec | None:
+    async def lookup(self, uid: str, namespace: str, name: str) -> PodSpec | None:
         source = self.pod_specs
         if source is None:
             return None
-        return await source.lookup(uid, namespace, name, self.lookup_timeout)
+        memo = self._lookups
+        if memo is not None and uid in memo:
+            return memo[uid]
+        spec = await source.lookup(uid, namespace, name, self.lookup_timeout)
+        if memo is not None:
+            memo[uid] = spec
+        return spec
 
     def _event(self, record: PodRecord, err: AdmissionError, message: str) -> None:
         """Post the kubelet's rejection reason with ``message`` (the kubelet's message and the
@@ -404,7 +409,7 @@ class Plugin:
             spec = record.intent.spec
             self.events.record(spec.uid, spec.namespace, spec.name, err.reason, message)
 
-    def _place(
+    def place(
         self, record: PodRecord, container: api.Container
     ) -> tuple[ContainerAssignment, Changes]:
         name = container.name
@@ -426,38 +431,42 @@ class Plugin:
             if isinstance(err, AdmissionError):
                 cause = explain_rejection(self.ledger.engine, record.pod_spec, err, cspec)
                 why = rejection_text(err, cause)
-            self._decision_log(record, name, None, f"rejected {reason}: {why}")
+            self.decision_log(record, name, None, f"rejected {reason}: {why}")
             if isinstance(err, AdmissionError):
                 self._event(record, err, why)
             raise NRIError(f"pod {record.label()} container {name}: {reason}: {why}") from err
         except NotSavedError as exc:
             raise NRIError(str(exc)) from exc
-        self._decision_log(record, name, assignment, _reason(assignment))
+        self.decision_log(record, name, assignment, _reason(assignment))
         return assignment, changes
 
-    async def _adopt_pod(self, pod: api.PodSandbox) -> None:
+    def node_pool_fallback(
+        self, record: PodRecord, ctr: api.Container, why: str, *, counted: bool
+    ) -> ContainerAssignment:
+        """A known container that cannot get its allocation runs in the node shared pool, never
+        on every CPU: recorded, logged, counted (unless ``counted`` already) and posted."""
         try:
-            await self.run_pod_sandbox(pod)
-        except NRIError as exc:
-            uid = pod_identity(pod)[0]
-            self.ledger.leave_unmanaged(uid, pod.id, pod_intent(pod))
-            self.log.warning(
-                "pod=%s/%s uid=%s exists but cannot be placed, left unmanaged: %s",
-                pod.namespace,
-                pod.name,
-                uid,
-                exc,
-            )
+            assignment = self.ledger.node_shared(record.uid, ctr.name, ctr.id)
+        except NotSavedError as exc:
+            raise NRIError(str(exc)) from exc
+        self.log.warning(
+            "pod=%s uid=%s container=%s cannot get its allocation (%s): node shared pool %s",
+            record.label(),
+            record.uid,
+            ctr.name,
+            why,
+            assignment.cpus,
+            extra={"plrm": {"event": "fallback", "pod": record.label(), "uid": record.uid}},
+        )
+        if self.metrics is not None and not counted:
+            self.metrics.record_placement_error(UNPLACED_REASON)
+        if self.events is not None:
+            spec = record.intent.spec
+            message = f"container {ctr.name} runs in the node shared pool: {why}"
+            self.events.record(spec.uid, spec.namespace, spec.name, UNPLACED_REASON, message[:1000])
+        return assignment
 
-    def _adopt_container(self, record: PodRecord, ctr: api.Container) -> None:
-        try:
-            self._place_inferred(record, ctr)
-        except NRIError as exc:
-            self.log.warning("container %s left unpinned at adoption: %s", ctr.id, exc)
-            return
-        self._count_reconcile("adopted")
-
-    def _count_reconcile(self, action: str) -> None:
+    def count_reconcile(self, action: str) -> None:
         if self.metrics is not None:
             self.metrics.record_reconcile(action)
 
@@ -466,12 +475,16 @@ class Plugin:
         if not self.ledger.in_batch:
             self.flusher.queue(changes)
 
-    def _decision_log(
+    def decision_log(
         self, record: PodRecord, container: str, assignment: ContainerAssignment | None, reason: str
     ) -> None:
+        level = logging.INFO if assignment is None else self._decision_level
+        if not self.log.isEnabledFor(level):
+            return
         cpus = str(assignment.cpus) if assignment is not None else "-"
         mems = str(assignment.mems) if assignment is not None and assignment.mems else "-"
-        self.log.info(
+        self.log.log(
+            level,
             "decision pod=%s container=%s cpus=%s mems=%s reason=%s",
             record.label(),
             container or "-",
@@ -510,13 +523,6 @@ def updates_for(
     return updates
 
 
-def _sandbox_of(record: PodRecord) -> api.PodSandbox:
-    spec = record.intent.spec
-    return api.PodSandbox(
-        id=record.sandbox_id, uid=spec.uid, namespace=spec.namespace, name=spec.name
-    )
-
-
 def _reason(assignment: ContainerAssignment) -> str:
     return {
         AssignmentType.NODE_EXCLUSIVE: "exclusive slice from the node",
@@ -538,18 +544,3 @@ def _update(container_id: str, assignment: ContainerAssignment) -> api.Container
     update = api.ContainerUpdate(container_id=container_id)
     _fill_resources(update.linux.resources, assignment)
     return update
-
-
-def _matches(ctr: api.Container, assignment: ContainerAssignment) -> bool:
-    """True when the container already runs with the decided cpus (and mems, when pinned)."""
-    if not (ctr.HasField("linux") and ctr.linux.HasField("resources")):
-        return False
-    cpu = ctr.linux.resources.cpu
-    try:
-        if CPUSet.parse(cpu.cpus) != assignment.cpus:
-            return False
-        if assignment.mems and CPUSet.parse(cpu.mems) != assignment.mems:
-            return False
-    except ValueError:
-        return False
-    return not (assignment.exclusive and not (cpu.HasField("quota") and cpu.quota.value == -1))

@@ -165,6 +165,10 @@ class DecisionJournal:
             self._flusher.mark(self._sync)
         return len(line)
 
+    def fileno(self) -> int | None:
+        """The open journal's file descriptor (None when closed)."""
+        return self._fd
+
     @property
     def is_open(self) -> bool:
         """True once :meth:`reset` opened the file for appending."""

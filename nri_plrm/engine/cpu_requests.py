@@ -29,7 +29,19 @@ def effective_requests(
 
 
 def pod_qos(pod: PodSpec) -> str:
-    """The kubelet's ``GetPodQOS``: pod-level resources decide alone when the pod sets them."""
+    """The kubelet's ``GetPodQOS``: pod-level resources decide alone when the pod sets them.
+
+    Remembered on the (immutable) spec: one admission asks it of the same spec many times."""
+    known: str | None = pod.__dict__.get(_QOS_MEMO)
+    if known is None:
+        known = pod.__dict__[_QOS_MEMO] = _pod_qos(pod)
+    return known
+
+
+_QOS_MEMO = "_qos"
+
+
+def _pod_qos(pod: PodSpec) -> str:
     requests: dict[str, int] = {}
     limits: dict[str, int] = {}
     guaranteed = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from nri_plrm.cpuset import CPUSet
 
@@ -64,7 +65,7 @@ class PodSpec:
     limits: ResourceList | None = None
     """``.spec.resources.limits``; None when the pod sets no pod-level resources."""
 
-    @property
+    @cached_property
     def has_pod_level_resources(self) -> bool:
         """``IsPodLevelResourcesSet``: pod-level requests or limits name cpu or memory."""
         names = set(self.requests or {}) | set(self.limits or {})

@@ -333,6 +333,8 @@ class TopologyManager:
             config.policy != POLICY_SINGLE_NUMA_NODE
         )
         self._distance_sums: dict[int, int] = {}
+        self._no_preference: dict[int, tuple[TopologyHint, bool]] = {}
+        """Merge results when no provider has a preference, by number of providers."""
 
     @property
     def policy(self) -> str:
@@ -365,6 +367,17 @@ class TopologyManager:
         policy = self.config.policy
         if policy == POLICY_NONE:
             return UNSATISFIABLE, True
+        maps = list(hint_maps)
+        if any(maps):
+            return self._merge(maps)
+        # No provider has a preference (e.g. a BestEffort container): same inputs, same answer.
+        known = self._no_preference.get(len(maps))
+        if known is None:
+            known = self._no_preference[len(maps)] = self._merge(maps)
+        return known
+
+    def _merge(self, hint_maps: Sequence[HintMap | None]) -> tuple[TopologyHint, bool]:
+        policy = self.config.policy
         lists = filter_providers_hints(hint_maps)
         if policy == POLICY_SINGLE_NUMA_NODE:
             lists = filter_single_numa_hints(lists)

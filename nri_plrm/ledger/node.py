@@ -260,6 +260,34 @@ class NodeLedger:
         """Track an existing pod that cannot be placed. Raises :class:`NotSavedError`."""
         self.commit(self._state.leave_unmanaged(uid, sandbox_id, intent))
 
+    def adopt_pod(
+        self, uid: str, sandbox_id: str, intent: PodIntent, claimed: CPUSet, avoid: CPUSet
+    ) -> PodRecord:
+        """Admit a running pod keeping the CPUs its containers hold (issue 12). Raises
+        ``AdoptionError`` (nothing changed) or :class:`NotSavedError`."""
+        record, op = self._state.adopt_pod(uid, sandbox_id, intent, claimed, avoid)
+        self.commit(op)
+        self._count_admission(None)
+        return record
+
+    def adopt(
+        self, uid: str, name: str, cid: str, cspec: ContainerSpec, cpus: CPUSet, mems: CPUSet
+    ) -> ContainerAssignment:
+        """Record a running container with the exclusive cpus it runs on (issue 12). Raises
+        ``AdoptionError`` (nothing changed) or :class:`NotSavedError`."""
+        assignment, op = self._state.adopt(uid, name, cid, cspec, cpus, mems)
+        self.commit(op)
+        if self.observer is not None:
+            self.observer.record_placement(assignment)
+        return assignment
+
+    def node_shared(self, uid: str, name: str, cid: str) -> ContainerAssignment:
+        """Record a running container that cannot get its allocation in the node shared pool
+        (issue 12). Raises :class:`NotSavedError`."""
+        assignment, op = self._state.node_shared(uid, name, cid)
+        self.commit(op)
+        return assignment
+
     def place(
         self, uid: str, name: str, cid: str, cspec: ContainerSpec
     ) -> tuple[ContainerAssignment, Changes]:

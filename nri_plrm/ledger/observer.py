@@ -29,3 +29,7 @@ class LedgerObserver(Protocol):
     def record_corrupt_checkpoint(self, kind: str) -> None:
         """The checkpoint or the journal was unusable (``kind`` says why)."""
         ...
+
+    def record_state_directory_lost(self) -> None:
+        """The state directory or the journal was deleted or replaced (and written again)."""
+        ...

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
+from nri_plrm.checkpoint.dirguard import StateDirGuard
 from nri_plrm.checkpoint.journal import DecisionJournal, JournalError
 from nri_plrm.checkpoint.kubelet import (
     cpu_state_from_manager,
@@ -64,6 +65,7 @@ class Persistence:
         self.journal = (
             DecisionJournal(store.directory, flusher=store.flusher) if store is not None else None
         )
+        self.state_dir = StateDirGuard(store.directory) if store is not None else None
         self.kubelet_state_path = kubelet_state_path
         self.observer = observer
         self.log = logger
@@ -88,6 +90,27 @@ class Persistence:
             return
         with self._counted_write():
             self.journal.append(op)
+        if self._state_dir_lost():
+            self.compact()
+
+    def _state_dir_lost(self) -> bool:
+        """True (logged and counted) when the state directory or the journal was deleted or
+        replaced since the last checkpoint; the caller then writes a full one (issue 12)."""
+        if self.state_dir is None or self.journal is None:
+            return False
+        why = self.state_dir.lost(self.journal.fileno())
+        if why is None:
+            return False
+        self.journal.close()  # reported once: compact() starts a new journal in a new directory
+        self.state_dir.remember()
+        self.log.error(
+            "%s: recreating it and writing a full checkpoint before acknowledging",
+            why,
+            extra={"plrm": {"event": "checkpoint", "problem": "state-directory-lost"}},
+        )
+        if self.observer is not None:
+            self.observer.record_state_directory_lost()
+        return True
 
     def compact(self) -> None:
         """Write the full state as a new checkpoint generation and start an empty journal.
@@ -102,9 +125,12 @@ class Persistence:
             self._compact_handle = None
         generation = self.generation + 1
         data = self._snapshot(generation)
+        self._state_dir_lost()
         start = time.perf_counter()
         with self._counted_write():
             self.store.save(data)
+        if self.state_dir is not None:
+            self.state_dir.remember()
         self._last_compaction = time.perf_counter() - start
         self.generation = generation
         self.base = data

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.engine.adoption import adopt_container, adopt_sandbox, place_in_node_pool
 from nri_plrm.engine.facade import Changes, Engine
 from nri_plrm.engine.resize import resize_container, resize_pod, with_container
 from nri_plrm.engine.spec import AdmissionError, ContainerAssignment, ContainerSpec, PodSpec
@@ -117,6 +119,57 @@ class Transitions:
         }
         return assignment, self._changed(uid, changes), op
 
+    # Issue 12, rebuild from what runs: allocations adopted as they run, node shared fallback.
+
+    def adopt_pod(
+        self, uid: str, sandbox_id: str, intent: PodIntent, claimed: CPUSet, avoid: CPUSet = EMPTY
+    ) -> tuple[PodRecord, Op]:
+        """Admit a running pod keeping the CPUs its containers hold (``engine.adoption``).
+        Raises ``AdoptionError``; nothing changes then."""
+        adopt_sandbox(self.engine, intent.spec, intent.aggregate, claimed, avoid)
+        record = PodRecord(intent=intent, sandbox_id=sandbox_id)
+        self.tables.pods[uid] = record
+        self.changed_pods.add(uid)
+        cpus = self.engine.pod_cpus(uid) or claimed
+        op: Op = {
+            "op": "adopt_pod",
+            "uid": uid,
+            "sandbox": sandbox_id,
+            "intent": intent_to_dict(intent),
+            "cpus": str(cpus),
+        }
+        return record, op
+
+    def adopt(
+        self, uid: str, name: str, cid: str, cspec: ContainerSpec, cpus: CPUSet, mems: CPUSet
+    ) -> tuple[ContainerAssignment, Op]:
+        """Record a running container with the exclusive cpus it runs on. Raises
+        ``AdoptionError``; nothing changes then."""
+        assignment = adopt_container(self.engine, uid, cspec, cpus, mems)
+        self.tables.pods[uid].containers[name] = cid
+        self.tables.ids[cid] = (uid, name)
+        self.changed_pods.add(uid)
+        op: Op = {
+            "op": "adopt",
+            "uid": uid,
+            "name": name,
+            "cid": cid,
+            "container": container_to_dict(cspec),
+            "cpus": str(cpus),
+            "mems": str(mems),
+        }
+        return assignment, op
+
+    def node_shared(self, uid: str, name: str, cid: str) -> tuple[ContainerAssignment, Op]:
+        """Record a running container that cannot get its allocation in the node shared
+        pool."""
+        record = self.tables.pods[uid]
+        assignment = place_in_node_pool(self.engine, record.pod_spec, name)
+        record.containers[name] = cid
+        self.tables.ids[cid] = (uid, name)
+        self.changed_pods.add(uid)
+        return assignment, {"op": "node_shared", "uid": uid, "name": name, "cid": cid}
+
     def stop(self, uid: str, name: str) -> tuple[Changes, Op]:
         """The container exited: what it held exclusively becomes reusable."""
         changes = self.engine.stop_container(uid, name)
@@ -213,6 +266,24 @@ class Transitions:
                 str(op["cid"]),
                 container_from_dict(op["container"]),
             )
+        elif kind == "adopt_pod":
+            self.adopt_pod(
+                str(op["uid"]),
+                str(op["sandbox"]),
+                intent_from_dict(op["intent"]),
+                CPUSet.parse(str(op["cpus"])),
+            )
+        elif kind == "adopt":
+            self.adopt(
+                str(op["uid"]),
+                str(op["name"]),
+                str(op["cid"]),
+                container_from_dict(op["container"]),
+                CPUSet.parse(str(op["cpus"])),
+                CPUSet.parse(str(op["mems"])),
+            )
+        elif kind == "node_shared":
+            self.node_shared(str(op["uid"]), str(op["name"]), str(op["cid"]))
         elif kind == "stop":
             self.stop(str(op["uid"]), str(op["name"]))
         elif kind == "remove":

@@ -1,0 +1,292 @@
+"""Synchronize: rebuild the node's state from what runs, then answer with the corrections.
+
+The ``Reconciler`` runs inside :meth:`nri_plrm.plugin.Plugin.synchronize` (docs/design.md §5):
+it releases what the runtime no longer has, keeps every running container's cpuset that is a
+valid allocation (:mod:`nri_plrm.ledger.rebuild`, :mod:`nri_plrm.engine.adoption`), places the
+rest through the plugin's ordinary decisions, sends a container that cannot get its allocation
+to the node shared pool, and logs and counts every update it answers with.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.engine.adoption import AdoptionError, exclusive_request, has_budget
+from nri_plrm.engine.spec import ContainerAssignment, PodSpec
+from nri_plrm.ledger import NodeLedger, NotSavedError, rebuild
+from nri_plrm.ledger.tables import ContainerKey, PodRecord
+from nri_plrm.nri.handlers import NRIError
+from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.translate.nri_to_pod import (
+    IntentError,
+    as_classic,
+    container_spec,
+    is_sole_guaranteed_candidate,
+    pod_identity,
+    pod_intent,
+)
+
+
+class ReconcileHost(Protocol):
+    """What the reconciler needs of the plugin: its ledger and its ordinary decisions."""
+
+    ledger: NodeLedger
+    log: logging.Logger
+
+    async def lookup(self, uid: str, namespace: str, name: str) -> PodSpec | None: ...
+
+    async def run_pod_sandbox(self, pod: api.PodSandbox) -> None: ...
+
+    def remove_pod_sandbox(self, pod: api.PodSandbox) -> None: ...
+
+    def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None: ...
+
+    def place_inferred(
+        self, record: PodRecord, container: api.Container
+    ) -> tuple[ContainerAssignment, dict[ContainerKey, ContainerAssignment], str | None]: ...
+
+    def node_pool_fallback(
+        self, record: PodRecord, ctr: api.Container, why: str, *, counted: bool
+    ) -> ContainerAssignment: ...
+
+    def decision_log(
+        self, record: PodRecord, container: str, assignment: ContainerAssignment | None, reason: str
+    ) -> None: ...
+
+    def count_reconcile(self, action: str) -> None: ...
+
+
+class Reconciler:
+    """One Synchronize's reconciliation; ``counts`` says what it did (``kept``, ``placed``,
+    ``node_shared``)."""
+
+    def __init__(self, host: ReconcileHost) -> None:
+        self.host = host
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def log_summary(self, pods: int, containers: int, updates: int, start: float) -> None:
+        """One INFO line for the whole Synchronize (``start``: its ``perf_counter``)."""
+        self.host.log.info(
+            "synchronized %d pods and %d containers in %.0f ms: %d kept as they run, %d placed, "
+            "%d in the node shared pool, %d updates",
+            pods,
+            containers,
+            (time.perf_counter() - start) * 1000,
+            self.counts["kept"],
+            self.counts["placed"],
+            self.counts["node_shared"],
+            updates,
+        )
+
+    async def run(
+        self, pods: list[api.PodSandbox], containers: list[api.Container]
+    ) -> list[api.ContainerUpdate]:
+        tables = self.host.ledger.tables
+        reported_pods = {pod_identity(p)[0]: p for p in pods}
+        by_sandbox = {p.id: p for p in pods}
+        reported_ids = {c.id for c in containers}
+        for uid in [u for u in tables.pods if u not in reported_pods]:
+            self.host.remove_pod_sandbox(sandbox_of(tables.pods[uid]))
+        for cid, (uid, name) in list(tables.ids.items()):
+            if cid not in reported_ids:
+                self.host.remove_container(reported_pods[uid], api.Container(id=cid, name=name))
+                self.host.count_reconcile("released")
+        unknown = rebuild.creation_order(
+            c for c in containers if c.id not in tables.ids and c.pod_sandbox_id in by_sandbox
+        )
+        # Keep what runs where it is valid (docs/design.md §5), then place the rest.
+        parsed: dict[str, CPUSet | None] = {}
+        now = {c.id: rebuild.running(c, parsed) for c in containers}
+        members: dict[str, list[tuple[api.Container, rebuild.Running]]] = {}
+        for ctr in unknown:
+            members.setdefault(ctr.pod_sandbox_id, []).append((ctr, now[ctr.id]))
+        pinned = rebuild.pinned(now[c.id] for c in unknown)
+        for uid in rebuild.pods_in_start_order(reported_pods, unknown):
+            sandbox = reported_pods[uid]
+            if uid not in tables.pods and sandbox.id in members:
+                await self._keep_pod(sandbox, members[sandbox.id], pinned)
+        for ctr in unknown:
+            self._keep_container(by_sandbox[ctr.pod_sandbox_id], ctr, now[ctr.id])
+        for uid, sandbox in reported_pods.items():
+            if uid not in tables.pods:
+                await self._adopt_pod(sandbox)
+        for ctr in unknown:
+            record = self.host.ledger.pod(pod_identity(by_sandbox[ctr.pod_sandbox_id])[0])
+            if record is not None and ctr.id not in tables.ids:
+                self._adopt_container(record, ctr)
+        updates: list[api.ContainerUpdate] = []
+        for ctr in containers:
+            key = tables.ids.get(ctr.id)
+            assignment = self.host.ledger.assignment(key) if key is not None else None
+            if key is not None and assignment is not None and not _matches(now[ctr.id], assignment):
+                updates.append(_update(ctr.id, assignment))
+                self._log_correction(tables.pods[key[0]], key[1], now[ctr.id], assignment)
+        return updates
+
+    async def _keep_pod(
+        self,
+        sandbox: api.PodSandbox,
+        running: Sequence[tuple[api.Container, rebuild.Running]],
+        pinned: CPUSet,
+    ) -> None:
+        """Admit a pod the state does not know with the CPUs its ``running`` containers hold,
+        when they are consistent (NRI-only pods; a pod whose spec the API gives is admitted
+        whole). A budget completed here avoids CPUs ``pinned`` to exclusive containers."""
+        uid, namespace, name = pod_identity(sandbox)
+        if await self.host.lookup(uid, namespace, name) is not None:
+            return
+        engine = self.host.ledger.engine
+        try:
+            intent = pod_intent(sandbox)
+            if (
+                len(running) == 1
+                and running[0][1].exclusive
+                and is_sole_guaranteed_candidate(intent, running[0][0])
+            ):
+                intent = as_classic(intent)  # promoted by the single-container inference
+            budget = has_budget(engine, intent.spec)
+            if not budget and not any(r.exclusive for _, r in running):
+                return
+            members = [
+                (exclusive_request(engine, intent.spec, container_spec(intent, c)), r)
+                for c, r in running
+            ]
+        except IntentError:
+            return
+        cpu = engine.cpu_manager
+        free = cpu.available_cpus()
+        if budget:
+            total = cpu.pod_guaranteed_cpus(intent.spec)
+            claimed = rebuild.budget_claim(total, members, free, engine.topology.all_cpus)
+        else:
+            claimed = EMPTY.union(
+                *(r.cpus for n, r in members if n > 0 and r.cpus and len(r.cpus) == n)
+            )
+            claimed = claimed & free
+        if not claimed:
+            return
+        try:
+            record = self.host.ledger.adopt_pod(uid, sandbox.id, intent, claimed, pinned)
+        except AdoptionError as exc:
+            self.host.log.info("pod=%s/%s keeps no cpus it runs on: %s", namespace, name, exc)
+            return
+        except NotSavedError as exc:
+            raise NRIError(str(exc)) from exc
+        self.host.log.debug(
+            "pod=%s uid=%s adopted with the cpus it runs on: %s",
+            record.label(),
+            uid,
+            engine.pod_cpus(uid) or claimed,
+            extra={"plrm": {"event": "admit", "pod": record.label(), "uid": uid}},
+        )
+
+    def _keep_container(
+        self, sandbox: api.PodSandbox, ctr: api.Container, now: rebuild.Running
+    ) -> None:
+        """Record a running exclusive container with the cpuset it runs on, when valid."""
+        if now.cpus is None or not now.exclusive:
+            return
+        record = self.host.ledger.pod(pod_identity(sandbox)[0])
+        if record is None or not record.managed or record.spec is not None:
+            return
+        try:
+            cspec = container_spec(record.intent, ctr)
+            assignment = self.host.ledger.adopt(
+                record.uid, ctr.name, ctr.id, cspec, now.cpus, now.mems
+            )
+        except (AdoptionError, IntentError) as exc:
+            self.host.log.debug("container %s not kept as it runs: %s", ctr.id, exc)
+            return
+        except NotSavedError as exc:
+            raise NRIError(str(exc)) from exc
+        self.counts["kept"] += 1
+        self.host.count_reconcile("adopted")
+        self.host.decision_log(record, ctr.name, assignment, "kept the cpuset it runs on")
+
+    def _log_correction(
+        self, record: PodRecord, name: str, now: rebuild.Running, assignment: ContainerAssignment
+    ) -> None:
+        """Log and count one Synchronize update (the container's old and new cpuset)."""
+        old = str(now.cpus) if now.cpus is not None else "all"
+        level = logging.WARNING if now.exclusive and now.cpus != assignment.cpus else logging.INFO
+        self.host.log.log(
+            level,
+            "reconcile pod=%s container=%s cpus %s -> %s mems %s -> %s",
+            record.label(),
+            name,
+            old,
+            assignment.cpus,
+            now.mems or "-",
+            assignment.mems or "-",
+            extra={
+                "plrm": {
+                    "event": "correction",
+                    "pod": record.label(),
+                    "uid": record.uid,
+                    "container": name,
+                    "old_cpus": old,
+                    "cpus": str(assignment.cpus),
+                }
+            },
+        )
+        self.host.count_reconcile("corrected")
+
+    async def _adopt_pod(self, pod: api.PodSandbox) -> None:
+        try:
+            await self.host.run_pod_sandbox(pod)
+        except NRIError as exc:
+            uid = pod_identity(pod)[0]
+            self.host.ledger.leave_unmanaged(uid, pod.id, pod_intent(pod))
+            self.host.log.warning(
+                "pod=%s/%s uid=%s exists but cannot be placed, its containers run in the node "
+                "shared pool: %s",
+                pod.namespace,
+                pod.name,
+                uid,
+                exc,
+            )
+
+    def _adopt_container(self, record: PodRecord, ctr: api.Container) -> None:
+        if not record.managed:
+            self.host.node_pool_fallback(record, ctr, "the pod could not be placed", counted=False)
+            return
+        try:
+            self.host.place_inferred(record, ctr)
+        except NRIError as exc:
+            self.host.node_pool_fallback(record, ctr, str(exc), counted=True)
+            return
+        self.counts["placed"] += 1
+        self.host.count_reconcile("adopted")
+
+
+def sandbox_of(record: PodRecord) -> api.PodSandbox:
+    """The ``PodSandbox`` a tracked pod was admitted from (identity and sandbox id)."""
+    spec = record.intent.spec
+    return api.PodSandbox(
+        id=record.sandbox_id, uid=spec.uid, namespace=spec.namespace, name=spec.name
+    )
+
+
+def _update(container_id: str, assignment: ContainerAssignment) -> api.ContainerUpdate:
+    update = api.ContainerUpdate(container_id=container_id)
+    res = update.linux.resources
+    res.cpu.cpus = str(assignment.cpus)
+    if assignment.mems:
+        res.cpu.mems = str(assignment.mems)
+    if assignment.exclusive:
+        res.cpu.quota.value = -1
+    return update
+
+
+def _matches(now: rebuild.Running, assignment: ContainerAssignment) -> bool:
+    """True when the container already runs with the decided cpus (and mems, when pinned)."""
+    if now.cpus != assignment.cpus:
+        return False
+    if assignment.mems and now.mems != assignment.mems:
+        return False
+    return now.exclusive or not assignment.exclusive
