@@ -5,16 +5,11 @@ with pod-level resources as the kubelet does under ``none``."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+from daemon_process import daemon_on_simulator, log_records, stop_cleanly, wait_logged
 from fakesysfs import write_sysfs
-from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.topology.machines import MACHINES
@@ -45,37 +40,15 @@ policy = "none"
 """
 
 
-def _records(log: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-
-
-async def _wait_for(log: Path, text: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in log.read_text():
-        assert time.monotonic() < deadline, f"{text!r} not logged; log:\n{log.read_text()}"
-        await asyncio.sleep(0.05)
-
-
 def test_policy_none_starts_warns_once_and_places_as_the_kubelet(tmp_path: Path) -> None:
     write_sysfs(MACHINES["default"], str(tmp_path / "sys"))
     cfg = tmp_path / "config.toml"
     cfg.write_text(_config(tmp_path, "info"))
     log = tmp_path / "daemon.log"
     (spec,) = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
-    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
 
     async def main() -> None:
-        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                env=env,
-            )
-        try:
-            await sim.wait_registered(timeout=30)
+        async with daemon_on_simulator(cfg, log, tmp_path / "nri.sock") as (sim, proc):
             rt = FakeRuntime(sim)
             pod = await rt.launch(spec)
             main_app = rt.applied(pod, "main-app")
@@ -86,16 +59,11 @@ def test_policy_none_starts_warns_once_and_places_as_the_kubelet(tmp_path: Path)
 
             cfg.write_text(_config(tmp_path, "debug"))
             proc.send_signal(signal.SIGHUP)
-            await _wait_for(log, "SIGHUP: applied log.level")
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            await sim.close()
+            await wait_logged(log, "SIGHUP: applied log.level")
+            assert await stop_cleanly(proc) == 0
 
     asyncio.run(main())
-    warnings = [r for r in _records(log) if WARNING in str(r["msg"])]
-    assert len(warnings) == 1, _records(log)
+    warnings = [r for r in log_records(log) if WARNING in str(r["msg"])]
+    assert len(warnings) == 1, log_records(log)
     assert warnings[0]["level"] == "warning"
     assert str(warnings[0]["msg"]).startswith('configuration: topology_manager.policy: "none": ')

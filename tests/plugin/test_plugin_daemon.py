@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from daemon_process import daemon_on_simulator, log_records, stop_cleanly, wait_logged
 from fakesysfs import write_sysfs
-from nrisim import NRISimulator
 from plrm_daemon import running_daemon
 from plrm_runtime import FakeRuntime
 
@@ -53,33 +53,6 @@ scope = "pod"
 """
 
 
-def daemon(cfg: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            env=env,
-        )
-
-
-def log_records(log: Path) -> list[dict[str, object]]:
-    out = []
-    for line in log.read_text().splitlines():
-        if line.startswith("{"):
-            out.append(json.loads(line))
-    return out
-
-
-async def wait_for(log: Path, text: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in log.read_text():
-        assert time.monotonic() < deadline, f"{text!r} not logged; log:\n{log.read_text()}"
-        await asyncio.sleep(0.05)
-
-
 def test_refuses_to_start_beside_a_static_kubelet(tmp_path: Path) -> None:
     write_sysfs(MACHINES["default"], str(tmp_path / "sys"))
     (tmp_path / "kubelet").mkdir()
@@ -107,16 +80,8 @@ def test_empty_kubelet_state_path_turns_the_check_off(tmp_path: Path) -> None:
     log = tmp_path / "daemon.log"
 
     async def main() -> None:
-        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
-        proc = daemon(cfg, log)
-        try:
-            await sim.wait_registered(timeout=30)
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            await sim.close()
+        async with daemon_on_simulator(cfg, log, tmp_path / "nri.sock") as (_, proc):
+            assert await stop_cleanly(proc) == 0
 
     asyncio.run(main())
 
@@ -142,10 +107,7 @@ def test_decision_logs_reload_and_clean_stop(tmp_path: Path) -> None:
     (spec,) = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
 
     async def main() -> None:
-        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
-        proc = daemon(cfg, log)
-        try:
-            await sim.wait_registered(timeout=30)
+        async with daemon_on_simulator(cfg, log, tmp_path / "nri.sock") as (sim, proc):
             rt = FakeRuntime(sim)
             pod = await rt.launch(spec)
             main_cpus = rt.applied(pod, "main-app").cpus
@@ -158,14 +120,9 @@ def test_decision_logs_reload_and_clean_stop(tmp_path: Path) -> None:
 
             cfg.write_text(config(tmp_path, level="debug", policy="restricted"))
             proc.send_signal(signal.SIGHUP)
-            await wait_for(log, "SIGHUP: applied log.level")
-            await wait_for(log, "topology_manager.policy change(s) need a restart")
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            await sim.close()
+            await wait_logged(log, "SIGHUP: applied log.level")
+            await wait_logged(log, "topology_manager.policy change(s) need a restart")
+            assert await stop_cleanly(proc) == 0
 
     asyncio.run(main())
     records = log_records(log)
@@ -203,29 +160,16 @@ def test_systemd_notifications(tmp_path: Path) -> None:
                 return
 
     async def main() -> None:
-        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
         env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify.sock")}
         env["WATCHDOG_USEC"] = "400000"
-        with open(tmp_path / "daemon.log", "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
-                stdout=out,
-                stderr=out,
-                env=env,
-            )
-        try:
-            await sim.wait_registered(timeout=30)
+        log = tmp_path / "daemon.log"
+        async with daemon_on_simulator(cfg, log, tmp_path / "nri.sock", env) as (_, proc):
             deadline = time.monotonic() + 10
             while not any("READY=1" in m for m in received) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
                 drain()
             await asyncio.sleep(0.5)
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            await sim.close()
+            assert await stop_cleanly(proc) == 0
 
     asyncio.run(main())
     drain()
