@@ -8,14 +8,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from daemon_process import daemon_on_simulator, run_cli, stop_cleanly, wait_logged
 from fakesysfs import write_sysfs
-from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.config import MAX_CONFIG_BYTES, MAX_ECHO_CHARS, MAX_ERRORS, ConfigError
@@ -25,16 +23,6 @@ from nri_plrm.translate.manifest_to_pod import load_manifests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NESTED = "x = " + "[" * 5000 + "]" * 5000 + "\n"
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nri_plrm.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def unknown_keys(total_bytes: int) -> str:
@@ -51,7 +39,7 @@ def test_fifo_at_the_config_path_is_refused_without_blocking(tmp_path: Path) -> 
     with pytest.raises(ConfigError, match="must be a regular file"):
         load_config(fifo)
     assert time.monotonic() - start < 5
-    proc = cli("check-config", str(fifo), timeout=30)
+    proc = run_cli("check-config", str(fifo), timeout=30)
     assert proc.returncode == 2, proc.stderr
     assert "prw-" in proc.stderr and "regular file" in proc.stderr
 
@@ -91,7 +79,7 @@ def test_deep_nesting_is_a_config_error_exit_2(tmp_path: Path, command: str) -> 
     with pytest.raises(ConfigError, match="nested too deeply"):
         parse_config(NESTED, "nested")
     args = ["run", "--config", str(cfg)] if command == "run" else ["check-config", str(cfg)]
-    proc = cli(*args)
+    proc = run_cli(*args)
     assert proc.returncode == 2, proc.stderr
     assert "nested too deeply" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -150,14 +138,6 @@ sysfs_root = "{tmp}/sys"
 """
 
 
-async def wait_logged(log: Path, text: str, timeout: float = 20) -> str:
-    deadline = time.monotonic() + timeout
-    while text not in (content := log.read_text()):
-        assert time.monotonic() < deadline, f"{text!r} not logged; log:\n{content[-5000:]}"
-        await asyncio.sleep(0.05)
-    return content
-
-
 @pytest.mark.parametrize("hostile", ["fifo", "oversized", "nested"])
 def test_sighup_with_a_hostile_file_keeps_the_daemon_answering(
     tmp_path: Path, hostile: str
@@ -167,20 +147,9 @@ def test_sighup_with_a_hostile_file_keeps_the_daemon_answering(
     cfg.write_text(daemon_config(tmp_path))
     log = tmp_path / "daemon.log"
     (spec,) = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
-    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
 
     async def main() -> None:
-        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                env=env,
-            )
-        try:
-            await sim.wait_registered(timeout=30)
+        async with daemon_on_simulator(cfg, log, tmp_path / "nri.sock") as (sim, proc):
             cfg.unlink()
             if hostile == "fifo":
                 os.mkfifo(cfg)
@@ -193,11 +162,6 @@ def test_sighup_with_a_hostile_file_keeps_the_daemon_answering(
             assert max(len(line) for line in text.splitlines()) < 2000
             pod = await FakeRuntime(sim).launch(spec)
             assert pod.id
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            await sim.close()
+            assert await stop_cleanly(proc) == 0
 
     asyncio.run(main())

@@ -9,16 +9,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from daemon_process import daemon_on_simulator, run_cli, stop_cleanly
 from fakesysfs import write_sysfs
 from kubelet_decode import decode_cpu_manager_state, decode_memory_manager_state
-from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
 import nri_plrm.checkpoint.kubelet_export as kubelet_export
@@ -71,16 +68,6 @@ sysfs_root = "{tmp}/sys"
 """
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nri_plrm.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 @pytest.mark.parametrize("command", ["check-config", "run"])
 def test_the_kubelet_directory_is_refused_naming_the_restart_failure(
     tmp_path: Path, command: str
@@ -89,7 +76,7 @@ def test_the_kubelet_directory_is_refused_naming_the_restart_failure(
     cfg = tmp_path / "config.toml"
     cfg.write_text(config_text(tmp_path, kubelet, f"{kubelet}/cpu_manager_state"))
     args = ["run", "--config", str(cfg)] if command == "run" else ["check-config", str(cfg)]
-    proc = cli(*args)
+    proc = run_cli(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f'state.kubelet_state_dir: "{kubelet}": ' in proc.stderr
     assert RESTART_FAILURE in proc.stderr
@@ -206,38 +193,23 @@ def test_a_fresh_directory_receives_both_files_run_after_run(tmp_path: Path) -> 
     export = tmp_path / "nri-plrm-export"
     cfg = tmp_path / "config.toml"
     cfg.write_text(config_text(tmp_path, export, f"{kubelet}/cpu_manager_state"))
-    assert cli("check-config", str(cfg)).returncode == 0
+    assert run_cli("check-config", str(cfg)).returncode == 0
     (spec,) = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
-    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+    log = tmp_path / "daemon.log"
 
     async def one_run(uid: str) -> bytes:
-        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
-        with open(tmp_path / "daemon.log", "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                env=env,
-            )
-        try:
-            await sim.wait_registered(timeout=30)
+        async with daemon_on_simulator(cfg, log, tmp_path / "nri.sock") as (sim, proc):
             await FakeRuntime(sim).launch(dataclasses.replace(spec, uid=uid))
             cpu = await wait_for_pod(export / "cpu_manager_state", uid)
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 20) == 0
+            assert await stop_cleanly(proc) == 0
             assert (export / "memory_manager_state").exists()
             return cpu
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            await sim.close()
 
     first = asyncio.run(one_run("pod-one"))
     assert decode_cpu_manager_state(first).state.policy_name == "static"
     memory = decode_memory_manager_state((export / "memory_manager_state").read_bytes())
     assert memory.state.policy_name == "Static"
-    assert cli("check-config", str(cfg)).returncode == 0
+    assert run_cli("check-config", str(cfg)).returncode == 0
     second = asyncio.run(one_run("pod-two"))
     assert second != first
     assert (kubelet / "cpu_manager_state").read_bytes() == KUBELET_NONE_CPU

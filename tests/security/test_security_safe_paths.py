@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from daemon_process import run_cli
 
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config_file import parse_config
@@ -43,16 +42,6 @@ def place(tmp: Path, key: str, directory: Path) -> str:
     return str(directory / ("state" if key == "state.dir" else "plugin.sock"))
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nri_plrm.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def test_private_paths_are_accepted(tmp_path: Path) -> None:
     config = parse_config(config_text(tmp_path))
     assert host_problems(config) == []
@@ -65,7 +54,7 @@ def test_world_writable_directory_is_reported_by_check_config(tmp_path: Path, ke
     shared.chmod(0o777)
     cfg = tmp_path / "config.toml"
     cfg.write_text(config_text(tmp_path, **{key: place(tmp_path, key, shared)}))
-    proc = cli("check-config", str(cfg))
+    proc = run_cli("check-config", str(cfg))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (line,) = proc.stderr.splitlines()
     assert line.startswith(f"nri-plrm check-config: {cfg}: {key}: ")
@@ -78,7 +67,7 @@ def test_run_refuses_before_touching_anything(tmp_path: Path) -> None:
     shared.chmod(0o777)
     cfg = tmp_path / "config.toml"
     cfg.write_text(config_text(tmp_path, **{"nri.socket": str(shared / "nri.sock")}))
-    proc = cli("run", "--config", str(cfg))
+    proc = run_cli("run", "--config", str(cfg))
     assert proc.returncode == 2, proc.stderr
     assert "nri.socket" in proc.stderr and "pose as containerd" in proc.stderr
     assert not (tmp_path / "state").exists()
