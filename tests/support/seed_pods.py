@@ -35,10 +35,11 @@ def _budget(cpus: int, memory_gi: int) -> dict[str, int]:
     return {"cpu": cpus * 1000, "memory": memory_gi * GI}
 
 
-def pod_scope_mixed(uid: str = "pod-scope-mixed") -> PodSpec:
+def pod_scope_mixed(uid: str = "pod-scope-mixed", namespace: str = "default") -> PodSpec:
     """Budget 4 CPU / 4Gi; main-app 2 CPU / 2Gi exclusive; two shared sidecars."""
     return PodSpec(
         uid=uid,
+        namespace=namespace,
         name="pod-scope-mixed",
         init_containers=(
             ContainerSpec("metrics-sidecar", SIDECAR),

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seed_pods import pod_scope_mixed
 
-from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec
 from nri_plrm.translate.manifest_to_pod import (
     ManifestError,
     aggregate_requests,
@@ -25,25 +26,7 @@ GI = 1 << 30
 
 def test_pod_scope_mixed_example() -> None:
     (pod,) = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
-    assert pod == PodSpec(
-        uid=derived_uid("plrm-tutorial", "pod-scope-mixed"),
-        namespace="plrm-tutorial",
-        name="pod-scope-mixed",
-        init_containers=(
-            ContainerSpec("metrics-sidecar", ContainerKind.SIDECAR),
-            ContainerSpec("logging-sidecar", ContainerKind.SIDECAR),
-        ),
-        containers=(
-            ContainerSpec(
-                "main-app",
-                ContainerKind.APP,
-                {"cpu": 2000, "memory": 2 * GI},
-                {"cpu": 2000, "memory": 2 * GI},
-            ),
-        ),
-        requests={"cpu": 4000, "memory": 4 * GI},
-        limits={"cpu": 4000, "memory": 4 * GI},
-    )
+    assert pod == pod_scope_mixed(derived_uid("plrm-tutorial", "pod-scope-mixed"), "plrm-tutorial")
     assert pod.has_pod_level_resources
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from seed_pods import pod_scope_mixed
 
-from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.nri_to_pod import (
     IntentError,
@@ -25,24 +26,7 @@ from nri_plrm.translate.pod_to_cri import nri_pod_sandbox as sandbox
 GI = 1 << 30
 SEED_UID = "5eed0000-0000-4000-8000-000000000001"
 
-POD_SCOPE_MIXED = PodSpec(
-    uid=SEED_UID,
-    namespace="plrm-tutorial",
-    name="pod-scope-mixed",
-    init_containers=(
-        ContainerSpec("metrics-sidecar", ContainerKind.SIDECAR),
-        ContainerSpec("logging-sidecar", ContainerKind.SIDECAR),
-    ),
-    containers=(
-        ContainerSpec(
-            "main-app",
-            requests={"cpu": 2000, "memory": 2 * GI},
-            limits={"cpu": 2000, "memory": 2 * GI},
-        ),
-    ),
-    requests={"cpu": 4000, "memory": 4 * GI},
-    limits={"cpu": 4000, "memory": 4 * GI},
-)
+POD_SCOPE_MIXED = pod_scope_mixed(SEED_UID, "plrm-tutorial")
 
 
 def test_pod_scope_mixed_budget_and_containers() -> None:
