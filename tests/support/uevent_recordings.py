@@ -1,4 +1,4 @@
-"""Recorded kernel uevent datagrams: the shared recording and the repository's own.
+"""Kernel uevent datagrams: the shared recording, the repository's own, and hand-made ones.
 
 Both are JSON lines with ``raw_base64`` (the exact datagram) per message. The shared one is
 located via ``$UEVENT_CAPTURE_DIR`` (default ``<repo>/../shared/testdata/uevents``); the
@@ -28,3 +28,15 @@ def datagrams(path: Path) -> list[bytes]:
     """Every datagram of one recording, in the order received."""
     lines = path.read_text().splitlines()
     return [base64.b64decode(json.loads(line)["raw_base64"]) for line in lines if line.strip()]
+
+
+def kernel_payload(action: str, devpath: str, subsystem: str, seqnum: int = 7) -> bytes:
+    """A datagram laid out as the kernel sends it: ``ACTION@DEVPATH`` then NUL-ended keys."""
+    items = [
+        f"{action}@{devpath}",
+        f"ACTION={action}",
+        f"DEVPATH={devpath}",
+        f"SUBSYSTEM={subsystem}",
+        f"SEQNUM={seqnum}",
+    ]
+    return b"".join(item.encode() + b"\x00" for item in items)

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from uevent_recordings import OWN_DIR, UEVENT_CAPTURE_ENV, datagrams, shared_dir
+from uevent_recordings import (
+    OWN_DIR,
+    UEVENT_CAPTURE_ENV,
+    datagrams,
+    kernel_payload,
+    shared_dir,
+)
 
 from nri_plrm.topology.hotplug.uevent import (
     HOTPLUG_ACTIONS,
@@ -19,17 +25,6 @@ from nri_plrm.topology.hotplug.uevent import (
     hotplug_event,
     parse_uevent,
 )
-
-
-def kernel_payload(action: str, devpath: str, subsystem: str, seqnum: int = 7) -> bytes:
-    items = [
-        f"{action}@{devpath}",
-        f"ACTION={action}",
-        f"DEVPATH={devpath}",
-        f"SUBSYSTEM={subsystem}",
-        f"SEQNUM={seqnum}",
-    ]
-    return b"".join(item.encode() + b"\x00" for item in items)
 
 
 def cpu1_events(path: Path) -> list[tuple[HotplugSubsystem | None, HotplugAction, int | None]]:

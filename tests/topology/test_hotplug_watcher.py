@@ -9,6 +9,7 @@ import socket
 from collections.abc import AsyncIterator
 
 import pytest
+from uevent_recordings import kernel_payload
 
 from nri_plrm.topology.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
 from nri_plrm.topology.hotplug.watcher import (
@@ -19,17 +20,6 @@ from nri_plrm.topology.hotplug.watcher import (
 )
 
 NETLINK_KOBJECT_UEVENT = 15
-
-
-def kernel_payload(action: str, devpath: str, subsystem: str, seqnum: int = 7) -> bytes:
-    items = [
-        f"{action}@{devpath}",
-        f"ACTION={action}",
-        f"DEVPATH={devpath}",
-        f"SUBSYSTEM={subsystem}",
-        f"SEQNUM={seqnum}",
-    ]
-    return b"".join(item.encode() + b"\x00" for item in items)
 
 
 def inject(payloads: list[bytes]) -> None:
