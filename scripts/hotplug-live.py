@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import subprocess
 import sys
 import tempfile
 import urllib.request
@@ -27,26 +26,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
+from cpuset_v1 import ScratchTree, set_online, snapshot
 from nrisim import NRISimulator
 from plrm_daemon import free_port
 from plrm_runtime import FakeRuntime
 
 from nri_plrm import daemon
-from nri_plrm.config import parse_config
+from nri_plrm.config_file import parse_config
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 
 GUARANTEED_UID = "0c6a3f8e-0000-4000-8000-0000000000a1"
 BESTEFFORT_UID = "5d1e2f3a-0000-4000-8000-0000000000b2"
-
-
-def cpuset_tree(root: Path) -> dict[str, Any]:
-    return {
-        str(p.relative_to(root.parent)): {
-            "cpuset.cpus": (p / "cpuset.cpus").read_text().strip(),
-            "tasks": len((p / "tasks").read_text().split()),
-        }
-        for p in sorted([root, *(d for d in root.rglob("*") if d.is_dir())])
-    }
 
 
 def runc_write(path: Path, cpus: str) -> str:
@@ -85,8 +75,7 @@ reserved_cpus = "0"
     sim = await NRISimulator.start(config.nri.socket)
     ready = asyncio.Event()
     task = asyncio.get_running_loop().create_task(daemon.run(config, on_ready=ready.set))
-    sleepers: list[subprocess.Popen[bytes]] = []
-    made: list[Path] = []
+    tree = ScratchTree()
     try:
         await asyncio.wait_for(ready.wait(), 20)
         handler = logging.Handler(logging.INFO)
@@ -109,22 +98,14 @@ reserved_cpus = "0"
             runtime.id_of(b_pod, "app"): kubepods / "besteffort" / f"pod{BESTEFFORT_UID}",
         }
         for path in [kubepods, kubepods / "besteffort", *cgroups.values()]:
-            if path not in made:
-                path.mkdir()
-                made.append(path)
-                (path / "cpuset.mems").write_text(mems)
-                (path / "cpuset.cpus").write_text(all_cpus)
+            if path not in tree.made:
+                tree.make(path, all_cpus, mems)
         for cid, parent in cgroups.items():
             path = parent / cid
-            path.mkdir()
-            made.append(path)
-            (path / "cpuset.mems").write_text(mems)
-            (path / "cpuset.cpus").write_text(str(runtime.containers[cid].cpus))
-            proc = subprocess.Popen(["sleep", "600"])
-            sleepers.append(proc)
-            (path / "tasks").write_text(str(proc.pid))
+            tree.make(path, str(runtime.containers[cid].cpus), mems)
+            tree.run_sleeper(path)
         report["decided"] = {cid: str(rc.cpus) for cid, rc in runtime.containers.items()}
-        report["before"] = cpuset_tree(kubepods)
+        report["before"] = snapshot(kubepods)
         await asyncio.sleep(1)  # the watcher opens its socket after registration
 
         async def runc_applies(phase: str) -> None:
@@ -134,17 +115,16 @@ reserved_cpus = "0"
                 for cid, parent in cgroups.items()
             }
 
-        online = Path(f"/sys/devices/system/cpu/cpu{args.cpu}/online")
         try:
-            online.write_text("0")
+            set_online(args.cpu, False)
             await asyncio.sleep(args.seconds)
             await runc_applies("offline")
-            report["offline"] = cpuset_tree(kubepods)
+            report["offline"] = snapshot(kubepods)
         finally:
-            online.write_text("1")
+            set_online(args.cpu, True)
         await asyncio.sleep(2)
         await runc_applies("online")
-        report["online"] = cpuset_tree(kubepods)
+        report["online"] = snapshot(kubepods)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
             text = reply.read().decode()
         report["metrics"] = [
@@ -156,12 +136,7 @@ reserved_cpus = "0"
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
         await sim.close()
-        for proc in sleepers:
-            proc.kill()
-            proc.wait()
-        for path in reversed(made):
-            with contextlib.suppress(OSError):
-                path.rmdir()
+        tree.close()
 
 
 def main() -> None:
@@ -175,7 +150,7 @@ def main() -> None:
         try:
             asyncio.run(experiment(args, Path(tmp), report))
         finally:
-            Path(f"/sys/devices/system/cpu/cpu{args.cpu}/online").write_text("1")
+            set_online(args.cpu, True)
     print(json.dumps(report, indent=1))
 
 

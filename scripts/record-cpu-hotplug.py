@@ -19,17 +19,14 @@ import json
 import os
 import select
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cpuset_v1 import ScratchTree, scratch_tree, set_online, snapshot
+
 NETLINK_KOBJECT_UEVENT = 15
-
-
-def set_online(cpu: int, online: bool) -> None:
-    Path(f"/sys/devices/system/cpu/cpu{cpu}/online").write_text("1" if online else "0")
 
 
 def drain(sock: socket.socket, out: list[bytes], seconds: float) -> None:
@@ -39,18 +36,8 @@ def drain(sock: socket.socket, out: list[bytes], seconds: float) -> None:
             out.append(sock.recv(65536))
 
 
-def snapshot(root: Path) -> dict[str, Any]:
-    state = {}
-    for path in sorted([root, *(p for p in root.rglob("*") if p.is_dir())]):
-        state[str(path.relative_to(root.parent))] = {
-            "cpuset.cpus": (path / "cpuset.cpus").read_text().strip(),
-            "tasks": len((path / "tasks").read_text().split()),
-        }
-    return state
-
-
 @contextlib.contextmanager
-def cgroup_tree(root: Path, all_cpus: str, cpu: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+def cgroup_tree(root: Path, all_cpus: str, cpu: int) -> Iterator[ScratchTree]:
     mems = (root.parent / "cpuset.mems").read_text().strip()
     layout = [
         (root, all_cpus),
@@ -59,24 +46,12 @@ def cgroup_tree(root: Path, all_cpus: str, cpu: int) -> Iterator[list[subprocess
         (root / "burstable" / "pod-test" / "ctr-exclusive", str(cpu)),
         (root / "burstable" / "pod-test" / "ctr-shared", all_cpus),
     ]
-    sleepers: list[subprocess.Popen[bytes]] = []
-    try:
+    with scratch_tree() as tree:
         for path, cpus in layout:
-            path.mkdir()
-            (path / "cpuset.mems").write_text(mems)
-            (path / "cpuset.cpus").write_text(cpus)
+            tree.make(path, cpus, mems)
         for path, _ in layout[3:]:
-            proc = subprocess.Popen(["sleep", "600"])
-            sleepers.append(proc)
-            (path / "tasks").write_text(str(proc.pid))
-        yield sleepers
-    finally:
-        for proc in sleepers:
-            proc.kill()
-            proc.wait()
-        for path, _ in reversed(layout):
-            with contextlib.suppress(OSError):
-                path.rmdir()
+            tree.run_sleeper(path)
+        yield tree
 
 
 def main() -> None:
