@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_process import daemon_on_simulator, run_cli, stop_cleanly, wait_logged
+from daemon_process import config_text, daemon_on_simulator, run_cli, stop_cleanly, wait_logged
 from fakesysfs import write_sysfs
 from plrm_runtime import FakeRuntime
 
@@ -120,31 +120,13 @@ def test_rules_quoting_the_value_are_cut_too(text: str) -> None:
     assert len(line) < 3 * MAX_ECHO_CHARS + 200, line[:400]
 
 
-def daemon_config(tmp: Path) -> str:
-    return f"""
-[nri]
-socket = "{tmp}/nri.sock"
-[state]
-dir = "{tmp}/state"
-kubelet_cpu_manager_state = ""
-[pod_resources]
-enabled = false
-[metrics]
-address = ""
-[log]
-format = "json"
-[topology]
-sysfs_root = "{tmp}/sys"
-"""
-
-
 @pytest.mark.parametrize("hostile", ["fifo", "oversized", "nested"])
 def test_sighup_with_a_hostile_file_keeps_the_daemon_answering(
     tmp_path: Path, hostile: str
 ) -> None:
     write_sysfs(MACHINES["default"], str(tmp_path / "sys"))
     cfg = tmp_path / "config.toml"
-    cfg.write_text(daemon_config(tmp_path))
+    cfg.write_text(config_text(tmp_path))
     log = tmp_path / "daemon.log"
     (spec,) = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
 

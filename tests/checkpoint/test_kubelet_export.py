@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from daemon_process import config_text as daemon_config_text
 from daemon_process import daemon_on_simulator, run_cli, stop_cleanly
 from fakesysfs import write_sysfs
 from kubelet_decode import decode_cpu_manager_state, decode_memory_manager_state
@@ -50,22 +51,12 @@ def kubelet_tree(root: Path) -> Path:
 
 
 def config_text(tmp: Path, export: Path, kubelet_state: str) -> str:
-    return f"""
-[nri]
-socket = "{tmp}/nri.sock"
-[state]
-dir = "{tmp}/state"
-kubelet_state_dir = "{export}"
-kubelet_cpu_manager_state = "{kubelet_state}"
-[pod_resources]
-enabled = false
-[metrics]
-address = ""
-[log]
-format = "text"
-[topology]
-sysfs_root = "{tmp}/sys"
-"""
+    return daemon_config_text(
+        tmp,
+        kubelet_state=kubelet_state,
+        state_keys=f'kubelet_state_dir = "{export}"\n',
+        log_format="text",
+    )
 
 
 @pytest.mark.parametrize("command", ["check-config", "run"])

@@ -8,7 +8,7 @@ import asyncio
 import signal
 from pathlib import Path
 
-from daemon_process import daemon_on_simulator, log_records, stop_cleanly, wait_logged
+from daemon_process import config_text, daemon_on_simulator, log_records, stop_cleanly, wait_logged
 from fakesysfs import write_sysfs
 from plrm_runtime import FakeRuntime
 
@@ -20,24 +20,7 @@ WARNING = "pod-level resource managers need policy best-effort, restricted or si
 
 
 def _config(tmp: Path, level: str) -> str:
-    return f"""
-[nri]
-socket = "{tmp}/nri.sock"
-[state]
-dir = "{tmp}/state"
-kubelet_cpu_manager_state = ""
-[pod_resources]
-enabled = false
-[metrics]
-address = ""
-[log]
-level = "{level}"
-format = "json"
-[topology]
-sysfs_root = "{tmp}/sys"
-[topology_manager]
-policy = "none"
-"""
+    return config_text(tmp, level=level, extra='[topology_manager]\npolicy = "none"\n')
 
 
 def test_policy_none_starts_warns_once_and_places_as_the_kubelet(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from daemon_process import daemon_on_simulator, log_records, stop_cleanly, wait_logged
+from daemon_process import config_text, daemon_on_simulator, log_records, stop_cleanly, wait_logged
 from fakesysfs import write_sysfs
 from plrm_daemon import running_daemon
 from plrm_runtime import FakeRuntime
@@ -32,25 +32,12 @@ def config(
     policy: str = "single-numa-node",
     kubelet_state: str = "{tmp}/kubelet/cpu_manager_state",
 ) -> str:
-    return f"""
-[nri]
-socket = "{tmp}/nri.sock"
-[state]
-dir = "{tmp}/state"
-kubelet_cpu_manager_state = "{kubelet_state.format(tmp=tmp)}"
-[pod_resources]
-enabled = false
-[metrics]
-address = ""
-[log]
-level = "{level}"
-format = "json"
-[topology]
-sysfs_root = "{tmp}/sys"
-[topology_manager]
-policy = "{policy}"
-scope = "pod"
-"""
+    return config_text(
+        tmp,
+        kubelet_state=kubelet_state.format(tmp=tmp),
+        level=level,
+        extra=f'[topology_manager]\npolicy = "{policy}"\nscope = "pod"\n',
+    )
 
 
 def test_refuses_to_start_beside_a_static_kubelet(tmp_path: Path) -> None:

@@ -21,6 +21,37 @@ from pathlib import Path
 from nrisim import NRISimulator
 
 
+def config_text(
+    tmp: Path,
+    *,
+    kubelet_state: str = "",
+    state_keys: str = "",
+    level: str | None = None,
+    log_format: str = "json",
+    extra: str = "",
+) -> str:
+    """A daemon configuration with every path under ``tmp``, no PodResources and no metrics.
+
+    ``state_keys`` are more ``[state]`` lines; ``extra`` more tables at the end. The log level
+    is left to the default unless ``level`` is given."""
+    level_line = f'level = "{level}"\n' if level is not None else ""
+    return f"""
+[nri]
+socket = "{tmp}/nri.sock"
+[state]
+dir = "{tmp}/state"
+{state_keys}kubelet_cpu_manager_state = "{kubelet_state}"
+[pod_resources]
+enabled = false
+[metrics]
+address = ""
+[log]
+{level_line}format = "{log_format}"
+[topology]
+sysfs_root = "{tmp}/sys"
+{extra}"""
+
+
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``python -m nri_plrm.cli ARGS`` with no stdin; text output captured."""
     return subprocess.run(
