@@ -101,18 +101,26 @@ def best_effort(i: int) -> object:
     return PodSpec(uid=f"bench-be-{i}", name=f"bench-be-{i}", containers=(ContainerSpec("c"),))
 
 
-class _Plugin:
-    """The plugin child process."""
+class PluginChild:
+    """The plugin child process: ``serve(socket_path, state_dir)`` from the module ``module``,
+    run from the repository root; its stderr discarded when ``quiet``."""
 
-    def __init__(self, socket_path: str, state_dir: str) -> None:
+    def __init__(
+        self,
+        socket_path: str,
+        state_dir: str,
+        module: str = "bench.plugin",
+        serve: str = "serve_plugin",
+        quiet: bool = False,
+    ) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
                 "-c",
-                f"from bench.plugin import serve_plugin; "
-                f"serve_plugin({socket_path!r}, {state_dir!r})",
+                f"from {module} import {serve}; {serve}({socket_path!r}, {state_dir!r})",
             ],
             cwd=ROOT,
+            stderr=subprocess.DEVNULL if quiet else None,
         )
 
     def kill(self) -> None:
@@ -127,7 +135,7 @@ async def _populate(rt: object, n_pod_level: int, shared: int, n_best_effort: in
         await rt.launch(best_effort(i))  # type: ignore[attr-defined]
 
 
-async def _connect(sim: object, proc: _Plugin, old: object = None) -> object:
+async def _connect(sim: object, proc: PluginChild, old: object = None) -> object:
     while sim.session is old:  # type: ignore[attr-defined]
         await asyncio.sleep(0.01)
     return await sim.wait_registered(timeout=60)  # type: ignore[attr-defined]
@@ -156,7 +164,7 @@ async def _create_latency(tmp: str, loads: tuple[str, ...]) -> dict[str, list[fl
     sock = os.path.join(tmp, "create.sock")
     state = os.path.join(tmp, "create-state")
     sim = await NRISimulator.start(sock, request_timeout=10.0)
-    plugin = _Plugin(sock, state)
+    plugin = PluginChild(sock, state)
     try:
         await _connect(sim, plugin)
         rt = FakeRuntime(sim)
@@ -180,7 +188,7 @@ async def _synchronize(tmp: str) -> tuple[float, float]:
     sock = os.path.join(tmp, "sync.sock")
     state = os.path.join(tmp, "sync-state")
     sim = await NRISimulator.start(sock, request_timeout=10.0)
-    plugin = _Plugin(sock, state)
+    plugin = PluginChild(sock, state)
     try:
         await _connect(sim, plugin)
         rt = FakeRuntime(sim)
@@ -193,7 +201,7 @@ async def _synchronize(tmp: str) -> tuple[float, float]:
                 os.unlink(os.path.join(state, "state.json"))
             sim.pods, sim.containers = rt.sync_lists()
             old = sim.session
-            plugin = _Plugin(sock, state)
+            plugin = PluginChild(sock, state)
             await _connect(sim, plugin, old)
             sync = [r for r in sim.records if r.method == "Synchronize"][-1]
             figures.append(sync.seconds)

@@ -14,14 +14,12 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from dataclasses import replace
 from typing import Any
 
 from bench.common import main
-from bench.plugin import CONFIG, ROOT, SPEC_256, _connect, best_effort, pod_level
+from bench.plugin import CONFIG, SPEC_256, PluginChild, _connect, best_effort, pod_level
 
 POD_LEVEL = 100
 BEST_EFFORT = 900
@@ -36,26 +34,6 @@ def serve_cold(socket_path: str, state_dir: str) -> None:
 
     setup_logging("info", "text")
     serve_plugin(socket_path, state_dir)
-
-
-class _Plugin:
-    """The plugin child process (its log output discarded)."""
-
-    def __init__(self, socket_path: str, state_dir: str) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                f"from bench.synchronize import serve_cold; serve_cold({socket_path!r}, "
-                f"{state_dir!r})",
-            ],
-            cwd=ROOT,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
 
 
 class _Direct:
@@ -117,7 +95,8 @@ async def _cold(tmp: str, pods: list[Any], ctrs: list[Any]) -> list[float]:
         old = None
         for run in range(RUNS):
             start = len(sim.records)
-            plugin = _Plugin(sock, os.path.join(tmp, f"state-{run}"))
+            state = os.path.join(tmp, f"state-{run}")
+            plugin = PluginChild(sock, state, "bench.synchronize", "serve_cold", quiet=True)
             try:
                 old = await _connect(sim, plugin, old)
             finally:
