@@ -47,8 +47,12 @@ class Transitions:
         self.engine = engine
         self.tables = tables or Tables()
         self.changed_pods: set[str] = set()
+        self.promoted_from: tuple[str, CPUSet] | None = None
+        """A pod just promoted with no container yet, and the node shared pool before: its
+        first placement usually takes back exactly what the promotion freed."""
 
     def _changed(self, uid: str, changes: Changes) -> Changes:
+        self.promoted_from = None
         self.changed_pods.add(uid)
         self.changed_pods.update(u for u, _ in changes)
         return changes
@@ -110,6 +114,9 @@ class Transitions:
                 record.containers[name] = previous
                 tables.ids[previous] = (uid, name)
             raise
+        promoted = self.promoted_from
+        if promoted is not None and promoted == (uid, self.engine.node_shared_pool()):
+            changes = {key: a for key, a in changes.items() if key[0] == uid}
         op: Op = {
             "op": "place",
             "uid": uid,
@@ -230,6 +237,7 @@ class Transitions:
         engine = self.engine
         intent = as_classic(record.intent) if kind == "promote" else as_budget(record.intent)
         stopped = {n for n in record.containers if engine.is_stopped(uid, n)}
+        pool = engine.node_shared_pool()
         changes = dict(engine.remove_pod(uid))
         changes.update(engine.admit_sandbox(intent.spec, intent.aggregate))
         record.intent = intent
@@ -240,8 +248,20 @@ class Transitions:
             changes[(uid, name)] = assignment
             if name in stopped:
                 changes.update(engine.stop_container(uid, name))
-        live = {k: a for k in changes if (a := engine.assignment(*k)) is not None}
-        return self._changed(uid, live), {"op": kind, "uid": uid}
+        # Other pods change only through the node shared pool: when it ends where it started,
+        # their containers run where they did (it moved away and back). A promotion before the
+        # pod's first container leaves that to the placement that follows (``place``).
+        first = kind == "promote" and not record.containers
+        others = engine.node_shared_pool() != pool and not first
+        live = {
+            k: a
+            for k in changes
+            if (others or k[0] == uid) and (a := engine.assignment(*k)) is not None
+        }
+        changed = self._changed(uid, live)
+        if first:
+            self.promoted_from = (uid, pool)
+        return changed, {"op": kind, "uid": uid}
 
     def replay(self, op: Mapping[str, Any]) -> None:
         """Apply a journal record; raises ``AdmissionError``, KeyError, TypeError or

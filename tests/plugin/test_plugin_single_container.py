@@ -145,3 +145,36 @@ def test_second_container_demotes_the_first(tmp_path: Path, scope: str) -> None:
         assert again.ledger.engine.verify() == []
 
     asyncio.run(main())
+
+
+def test_promotion_and_demotion_send_no_update_to_other_pods(tmp_path: Path) -> None:
+    """A promotion frees the pod's budget and its first placement takes it back; a demotion
+    does the reverse: the node shared pool ends where it started, so the best-effort
+    containers of other pods on it get no update (and their views stay right)."""
+    spec = pod_level_two()
+    besteffort = [
+        PodSpec(uid=f"be-{i}", name=f"be-{i}", containers=(ContainerSpec("c"),)) for i in range(3)
+    ]
+    plugin = new_plugin(tmp_path, "pod")
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            rt = s.runtime
+            others = [await rt.launch(p) for p in besteffort]
+            other_ids = {rt.id_of(p, "c") for p in others}
+            pod = await rt.run_pod(spec)
+            first = await rt.create(pod, spec, spec.containers[0])
+            second = await rt.create(pod, spec, spec.containers[1])
+            assert rt.applied(pod, "app").quota == 400000  # promoted, then demoted
+            # The first reply carries what the sandbox's admission owed them; nothing more.
+            assert {u.container_id for u in first.update} == other_ids
+            assert {u.container_id for u in second.update} == {rt.id_of(pod, "app")}
+            pool = plugin.ledger.engine.node_shared_pool()
+            for p in others:
+                assert rt.cpus_of(p, "c") == pool
+            views = {v.uid: v for v in plugin.ledger.pods()}
+            for p in besteffort:
+                (c,) = views[p.uid].containers
+                assert c.assignment is not None and c.assignment.cpus == pool
+
+    asyncio.run(main())
