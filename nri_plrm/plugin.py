@@ -268,7 +268,6 @@ class Plugin:
         self, record: PodRecord, container: api.Container
     ) -> tuple[ContainerAssignment, Changes, str | None]:
         """:meth:`place` after the NRI-only single-container inference; the step taken."""
-        pool = self.ledger.engine.node_shared_pool()
         kind, changes = self.inference.before_place(record, container)
         try:
             assignment, placed = self.place(record, container)
@@ -276,7 +275,7 @@ class Plugin:
             if kind is not None:
                 self._send_later(self.inference.undo(record.uid, kind))
             raise
-        return assignment, self.inference.net(record.uid, pool, {**changes, **placed}), kind
+        return assignment, {**changes, **placed}, kind
 
     def update_container(
         self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Changes
 from nri_plrm.engine.spec import AdmissionError
 from nri_plrm.ledger import NodeLedger, NotSavedError
@@ -63,14 +62,6 @@ class SingleContainerInference:
             "pod=%s uid=%s %sd (single-container inference)", record.label(), record.uid, kind
         )
         return kind, {k: a for k, a in changes.items() if k != (record.uid, container.name)}
-
-    def net(self, uid: str, pool: CPUSet, changes: Changes) -> Changes:
-        """``changes`` without other pods' containers when the node shared pool, ``pool``
-        before the inference, ends where it started: a promotion or demotion moves it away and
-        back, and other pods change only through it."""
-        if self.ledger.engine.node_shared_pool() != pool:
-            return changes
-        return {key: a for key, a in changes.items() if key[0] == uid}
 
     def undo(self, uid: str, kind: str) -> Changes:
         """Take back ``kind`` after the container it was for was refused; what changed."""
