@@ -301,19 +301,28 @@ def test_object_after_admissions_releases_and_a_restart(tmp_path: Path) -> None:
 # ----------------------------------------------------------------- rate limit
 
 
+async def exporter_on_fake_kube(
+    tmp_path: Path, metrics: Metrics, interval: float, engine: Engine
+) -> tuple[FakeKube, str, NodeTopologyExporter]:
+    """A fake API server with the node, and an exporter of ``engine``'s free resources that
+    has written its first object; the server, the Node's uid and the exporter."""
+    fk = FakeKube(free_port())
+    uid = str(fk.add_node(NODE)["metadata"]["uid"])
+    await fk.start()
+    exporter = exporter_for(fk.url, tmp_path, metrics, interval)
+    exporter.attach(lambda: free_per_numa(engine))
+    exporter.start()
+    await exporter.settled()
+    return fk, uid, exporter
+
+
 def test_a_burst_of_50_changes_is_written_at_most_twice_per_second(tmp_path: Path) -> None:
     metrics = Metrics()
     figures: dict[str, float] = {}
 
     async def main() -> None:
-        fk = FakeKube(free_port())
-        uid = fk.add_node(NODE)["metadata"]["uid"]
-        await fk.start()
         engine = new_engine()
-        exporter = exporter_for(fk.url, tmp_path, metrics, 1.0)
-        exporter.attach(lambda: free_per_numa(engine))
-        exporter.start()
-        await exporter.settled()
+        fk, uid, exporter = await exporter_on_fake_kube(tmp_path, metrics, 1.0, engine)
         await asyncio.sleep(1.1)  # a quiet second: the next change is written at once
         start = len(fk.nrt_writes)
         burst_start = time.monotonic()
@@ -353,14 +362,8 @@ def test_recovery_after_410_409_and_404(tmp_path: Path) -> None:
     metrics = Metrics()
 
     async def main() -> None:
-        fk = FakeKube(free_port())
-        uid = fk.add_node(NODE)["metadata"]["uid"]
-        await fk.start()
         engine = new_engine()
-        exporter = exporter_for(fk.url, tmp_path, metrics, 0.05)
-        exporter.attach(lambda: free_per_numa(engine))
-        exporter.start()
-        await exporter.settled()
+        fk, uid, exporter = await exporter_on_fake_kube(tmp_path, metrics, 0.05, engine)
 
         def current() -> bool:
             return NODE in fk.nrts and published(fk) == expected_object(
@@ -415,14 +418,8 @@ def test_writes_resume_after_an_outage(
     metrics = Metrics()
 
     async def main() -> None:
-        fk = FakeKube(free_port())
-        uid = fk.add_node(NODE)["metadata"]["uid"]
-        await fk.start()
         engine = new_engine()
-        exporter = exporter_for(fk.url, tmp_path, metrics, 0.05)
-        exporter.attach(lambda: free_per_numa(engine))
-        exporter.start()
-        await exporter.settled()
+        fk, uid, exporter = await exporter_on_fake_kube(tmp_path, metrics, 0.05, engine)
         before = len(fk.nrt_writes)
         if outage == "503":
             fk.nrt_status = 503
