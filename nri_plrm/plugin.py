@@ -45,6 +45,7 @@ from nri_plrm.translate.nri_to_pod import (
     resized_budget,
     resized_container,
 )
+from nri_plrm.translate.pod_to_cri import assignment_update, fill_assignment
 
 UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
 """Sends an unsolicited ``UpdateContainers`` (the stub's ``update_containers``)."""
@@ -167,7 +168,7 @@ class Plugin:
             if (assignment := self.ledger.assignment(key)) is not None and (
                 chosen := cpus(assignment)
             ):
-                updates.append(_update(cid, replace(assignment, cpus=chosen)))
+                updates.append(assignment_update(cid, replace(assignment, cpus=chosen)))
         sender = self.flusher.sender
         if sender is None or not updates:
             return 0, 0
@@ -252,11 +253,11 @@ class Plugin:
                 record, container, "the pod could not be placed", counted=False
             )
             adjust = api.ContainerAdjustment()
-            _fill_resources(adjust.linux.resources, assignment)
+            fill_assignment(adjust.linux.resources, assignment)
             return adjust, []
         assignment, changes, kind = self.place_inferred(record, container)
         adjust = api.ContainerAdjustment()
-        _fill_resources(adjust.linux.resources, assignment)
+        fill_assignment(adjust.linux.resources, assignment)
         owed, self._changed_at_admission = self._changed_at_admission, {}
         later = current(self.ledger, (key for key in owed if key not in changes))
         updates = updates_for(self.ledger, {**changes, **later}, exclude=container.id)
@@ -294,7 +295,7 @@ class Plugin:
             return updates_for(self.ledger, current(self.ledger, [key]))
         assignment, changes = self.resizes.container(record, key[1], new)
         others = updates_for(self.ledger, changes, exclude=container.id)
-        return [_update(container.id, assignment), *others]
+        return [assignment_update(container.id, assignment), *others]
 
     def update_pod_sandbox(
         self,
@@ -519,7 +520,7 @@ def updates_for(
     for key, assignment in changes.items():
         cid = ledger.tables.container_id(key)
         if cid is not None and cid != exclude:
-            updates.append(_update(cid, assignment))
+            updates.append(assignment_update(cid, assignment))
     return updates
 
 
@@ -530,17 +531,3 @@ def _reason(assignment: ContainerAssignment) -> str:
         AssignmentType.POD_SHARED: "pod shared pool",
         AssignmentType.NODE_SHARED: "node shared pool",
     }[assignment.assignment]
-
-
-def _fill_resources(res: api.LinuxResources, assignment: ContainerAssignment) -> None:
-    res.cpu.cpus = str(assignment.cpus)
-    if assignment.mems:
-        res.cpu.mems = str(assignment.mems)
-    if assignment.exclusive:
-        res.cpu.quota.value = -1
-
-
-def _update(container_id: str, assignment: ContainerAssignment) -> api.ContainerUpdate:
-    update = api.ContainerUpdate(container_id=container_id)
-    _fill_resources(update.linux.resources, assignment)
-    return update

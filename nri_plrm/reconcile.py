@@ -30,6 +30,7 @@ from nri_plrm.translate.nri_to_pod import (
     pod_identity,
     pod_intent,
 )
+from nri_plrm.translate.pod_to_cri import assignment_update
 
 
 class ReconcileHost(Protocol):
@@ -124,7 +125,7 @@ class Reconciler:
             key = tables.ids.get(ctr.id)
             assignment = self.host.ledger.assignment(key) if key is not None else None
             if key is not None and assignment is not None and not _matches(now[ctr.id], assignment):
-                updates.append(_update(ctr.id, assignment))
+                updates.append(assignment_update(ctr.id, assignment))
                 self._log_correction(tables.pods[key[0]], key[1], now[ctr.id], assignment)
         return updates
 
@@ -270,17 +271,6 @@ def sandbox_of(record: PodRecord) -> api.PodSandbox:
     return api.PodSandbox(
         id=record.sandbox_id, uid=spec.uid, namespace=spec.namespace, name=spec.name
     )
-
-
-def _update(container_id: str, assignment: ContainerAssignment) -> api.ContainerUpdate:
-    update = api.ContainerUpdate(container_id=container_id)
-    res = update.linux.resources
-    res.cpu.cpus = str(assignment.cpus)
-    if assignment.mems:
-        res.cpu.mems = str(assignment.mems)
-    if assignment.exclusive:
-        res.cpu.quota.value = -1
-    return update
 
 
 def _matches(now: rebuild.Running, assignment: ContainerAssignment) -> bool:

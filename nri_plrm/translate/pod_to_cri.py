@@ -36,6 +36,7 @@ from nri_plrm.engine.spec import (
     CPU,
     HUGEPAGES_PREFIX,
     MEMORY,
+    ContainerAssignment,
     ContainerSpec,
     PodSpec,
 )
@@ -320,3 +321,20 @@ def nri_container(
     lres.devices.append(api.LinuxDeviceCgroup(allow=False, access="rwm"))
     msg.linux.cgroups_path = f"{cgroup_parent(pod)}/{cid}"
     return msg
+
+
+def fill_assignment(res: api.LinuxResources, assignment: ContainerAssignment) -> None:
+    """Write a decided assignment into NRI resources: cpuset, mems when pinned, and quota -1
+    (no CFS limit) for exclusive CPUs."""
+    res.cpu.cpus = str(assignment.cpus)
+    if assignment.mems:
+        res.cpu.mems = str(assignment.mems)
+    if assignment.exclusive:
+        res.cpu.quota.value = -1
+
+
+def assignment_update(container_id: str, assignment: ContainerAssignment) -> api.ContainerUpdate:
+    """The ``ContainerUpdate`` that moves a container to ``assignment``."""
+    update = api.ContainerUpdate(container_id=container_id)
+    fill_assignment(update.linux.resources, assignment)
+    return update
