@@ -421,21 +421,18 @@ class Plugin:
             else:
                 cspec = container_spec(record.intent, container)
             assignment, changes = self.ledger.place(record.uid, name, container.id, cspec)
-        except (AdmissionError, IntentError) as err:
-            if isinstance(err, AdmissionError):
-                reason = err.reason
-            else:
-                reason = INVALID_RESOURCES
-                if self.metrics is not None:
-                    self.metrics.record_placement_error(reason)
-            why = str(err)
-            if isinstance(err, AdmissionError):
-                cause = explain_rejection(self.ledger.engine, record.pod_spec, err, cspec)
-                why = rejection_text(err, cause)
-            self.decision_log(record, name, None, f"rejected {reason}: {why}")
-            if isinstance(err, AdmissionError):
-                self._event(record, err, why)
-            raise NRIError(f"pod {record.label()} container {name}: {reason}: {why}") from err
+        except AdmissionError as err:
+            cause = explain_rejection(self.ledger.engine, record.pod_spec, err, cspec)
+            why = rejection_text(err, cause)
+            self.decision_log(record, name, None, f"rejected {err.reason}: {why}")
+            self._event(record, err, why)
+            raise NRIError(f"pod {record.label()} container {name}: {err.reason}: {why}") from err
+        except IntentError as err:
+            if self.metrics is not None:
+                self.metrics.record_placement_error(INVALID_RESOURCES)
+            why = f"{INVALID_RESOURCES}: {err}"
+            self.decision_log(record, name, None, f"rejected {why}")
+            raise NRIError(f"pod {record.label()} container {name}: {why}") from err
         except NotSavedError as exc:
             raise NRIError(str(exc)) from exc
         self.decision_log(record, name, assignment, _reason(assignment))
