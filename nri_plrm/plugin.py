@@ -252,12 +252,9 @@ class Plugin:
             assignment = self.node_pool_fallback(
                 record, container, "the pod could not be placed", counted=False
             )
-            adjust = api.ContainerAdjustment()
-            fill_assignment(adjust.linux.resources, assignment)
-            return adjust, []
+            return _adjustment(assignment), []
         assignment, changes, kind = self.place_inferred(record, container)
-        adjust = api.ContainerAdjustment()
-        fill_assignment(adjust.linux.resources, assignment)
+        adjust = _adjustment(assignment)
         owed, self._changed_at_admission = self._changed_at_admission, {}
         later = current(self.ledger, (key for key in owed if key not in changes))
         updates = updates_for(self.ledger, {**changes, **later}, exclude=container.id)
@@ -528,3 +525,9 @@ def _reason(assignment: ContainerAssignment) -> str:
         AssignmentType.POD_SHARED: "pod shared pool",
         AssignmentType.NODE_SHARED: "node shared pool",
     }[assignment.assignment]
+
+
+def _adjustment(assignment: ContainerAssignment) -> api.ContainerAdjustment:
+    adjust = api.ContainerAdjustment()
+    fill_assignment(adjust.linux.resources, assignment)
+    return adjust
