@@ -259,7 +259,7 @@ class Plugin:
         later = current(self.ledger, (key for key in owed if key not in changes))
         updates = updates_for(self.ledger, {**changes, **later}, exclude=container.id)
         if kind == DEMOTE:
-            updates = self.inference.with_budget_quota(uid, updates)
+            updates = self.inference.with_budget_quota(record, updates)
         return adjust, updates
 
     def place_inferred(

@@ -73,16 +73,15 @@ class SingleContainerInference:
             return {}
 
     def with_budget_quota(
-        self, uid: str, updates: list[api.ContainerUpdate]
+        self, record: PodRecord, updates: list[api.ContainerUpdate]
     ) -> list[api.ContainerUpdate]:
         """After a demotion, the pod's earlier containers get the budget's CFS quota back."""
-        record = self.ledger.pod(uid)
-        if record is None:
-            return updates
         budget = record.intent.budget
+        if budget.cpu_quota <= 0 or budget.cpu_period <= 0:
+            return updates
         ids = set(record.containers.values())
         for update in updates:
-            if update.container_id in ids and budget.cpu_quota > 0 and budget.cpu_period > 0:
+            if update.container_id in ids:
                 update.linux.resources.cpu.quota.value = budget.cpu_quota
                 update.linux.resources.cpu.period.value = budget.cpu_period
         return updates
