@@ -216,15 +216,20 @@ class CPUManager:
     def _take_by_topology(self, available: CPUSet, n: int) -> CPUSet:
         return take_by_topology(self.topology, available, n, options=self._take)
 
-    def _enforce_smt_alignment(self, n: int) -> None:
-        if not self.options.full_pcpus_only:
-            return
+    def require_whole_cores(self, n: int) -> None:
+        """With ``full-pcpus-only``, refuse ``n`` CPUs that are not whole cores."""
         group = self.topology.cpus_per_core
-        if n % group != 0:
+        if self.options.full_pcpus_only and n % group:
             raise AdmissionError(
                 SMT_ALIGNMENT_ERROR,
                 f"SMT Alignment Error: requested {n} cpus not multiple cpus per core = {group}",
             )
+
+    def _enforce_smt_alignment(self, n: int) -> None:
+        if not self.options.full_pcpus_only:
+            return
+        self.require_whole_cores(n)
+        group = self.topology.cpus_per_core
         physical = len(self._default - self._reserved_physical)
         if n > physical:
             raise AdmissionError(

@@ -41,7 +41,6 @@ from nri_plrm.engine.spec import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
     MEMORY,
-    SMT_ALIGNMENT_ERROR,
     AdmissionError,
     AssignmentType,
     ContainerAssignment,
@@ -122,16 +121,6 @@ def prohibited(requested: str, allocated: str, promised: int, guaranteed: int) -
         f"allocated pool below promised, (requested CPUs = {requested}, allocated CPUs = "
         f"{allocated}, promised CPUs = {promised}, guaranteed CPUs = {guaranteed})",
     )
-
-
-def _smt_check(engine: Engine, n: int) -> None:
-    cpu = engine.cpu_manager
-    group = engine.topology.cpus_per_core
-    if cpu.options.full_pcpus_only and n % group:
-        raise AdmissionError(
-            SMT_ALIGNMENT_ERROR,
-            f"SMT Alignment Error: requested {n} cpus not multiple cpus per core = {group}",
-        )
 
 
 def _take_more(engine: Engine, n: int, affinity: int | None) -> CPUSet:
@@ -223,7 +212,7 @@ def resize_container(
             baseline = current
         if len(baseline) > new_n:
             raise prohibited(requested, allocated, len(baseline), new_n)
-        _smt_check(engine, new_n)
+        cpu.require_whole_cores(new_n)
         if new_n > len(current):
             hint = engine.topology_manager.get_affinity(pod_uid, new.name)
             cpus = current | _take_more(engine, new_n - len(current), hint.numa_affinity)
@@ -281,7 +270,7 @@ def _resize_bubble(engine: Engine, record: AdmittedPod, resized: PodSpec, bubble
         requested = quantity(effective_requests(resized.requests, resized.limits).get(CPU, 0))
         allocated = quantity(len(bubble) * 1000)
         raise inconsistent(requested, allocated, shared_to_exclusive=False)
-    _smt_check(engine, total)
+    cpu.require_whole_cores(total)
     uid = resized.uid
     pool = cpu.pod_shared_pool(uid)
     slices = len(bubble) - len(pool)
