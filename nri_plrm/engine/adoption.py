@@ -19,7 +19,7 @@ from __future__ import annotations
 from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.admitted import MODE_CLASSIC, MODE_POD_LEVEL, MODE_WHOLE, AdmittedPod
 from nri_plrm.engine.bitmask import mask_of
-from nri_plrm.engine.cpu_assignment import CPUAllocationError
+from nri_plrm.engine.cpu_assignment import CPUAllocationError, topology_index
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.pod_budget import check_slice
@@ -163,7 +163,8 @@ def _adopt(
         raise AdoptionError(f"container {name}: not entitled to exclusive cpus")
     if len(cpus) != n:
         raise AdoptionError(f"container {name}: runs on {cpus or 'every cpu'}, requests {n} cpus")
-    if cpu.options.full_pcpus_only and not _whole_cores(engine, cpus):
+    ix = topology_index(engine.topology)
+    if cpu.options.full_pcpus_only and ix.siblings_mask(cpus.mask) != cpus.mask:
         raise AdoptionError(f"container {name}: cpus {cpus} are not whole cores")
     if record.mode == MODE_POD_LEVEL and engine._pod_scope and cpu.pod_cpus(uid) is not None:
         live_shared = any(s not in record.stopped and s != name for s in record.shared)
@@ -196,13 +197,6 @@ def _adopt(
     if tm.policy != POLICY_NONE:
         tm.set_affinity(uid, name, hint)
     return engine._assignment_of(uid, name)
-
-
-def _whole_cores(engine: Engine, cpus: CPUSet) -> bool:
-    info = engine.topology.cpu_info
-    cores = {info[c].core for c in cpus if c in info}
-    siblings = CPUSet(c for c, i in info.items() if i.core in cores)
-    return siblings == cpus
 
 
 def place_in_node_pool(engine: Engine, pod: PodSpec, name: str) -> ContainerAssignment:
