@@ -285,8 +285,7 @@ class Plugin:
         record = self.ledger.pod(key[0]) if key is not None else None
         if key is None or record is None:
             return []
-        spec = self.ledger.engine.pod_so_far(key[0])
-        old = spec.container(key[1]) if spec is not None else None
+        old = self.ledger.engine.container_spec(*key)
         new = resized_container(record.intent, old, resources) if old is not None else None
         if new is None:
             return updates_for(self.ledger, current(self.ledger, [key]))

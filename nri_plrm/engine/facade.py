@@ -388,6 +388,15 @@ class Engine:
             return None
         return record.spec if record.mode == MODE_WHOLE else record.spec_so_far()
 
+    def container_spec(self, pod_uid: str, name: str) -> ContainerSpec | None:
+        """The spec of a container as known now (:meth:`pod_so_far`'s), or None."""
+        record = self._pods.get(pod_uid)
+        if record is None:
+            return None
+        if record.mode == MODE_WHOLE:
+            return record.spec.container(name)
+        return next((c for c in record.containers if c.name == name), None)
+
     def admitted(self, pod_uid: str) -> AdmittedPod | None:
         """What the engine holds for an admitted pod (for the resize rules), or None."""
         return self._pods.get(pod_uid)
