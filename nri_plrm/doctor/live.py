@@ -9,15 +9,11 @@ import http.client
 import os
 import socket
 import stat
-from typing import Any
-
-import grpc
 
 from nri_plrm.config import Config
 from nri_plrm.doctor.result import Check, fail, ok, warn
 from nri_plrm.metrics import parse_address
-from nri_plrm.podresources.client import MAX_MESSAGE_BYTES, SERVICE
-from nri_plrm.proto import podresources_api_pb2 as pb
+from nri_plrm.podresources.client import PodResourcesClient
 
 AREA = "plugin"
 PROBE_TIMEOUT = 2.0
@@ -80,20 +76,14 @@ def _socket_problem(path: str) -> str:
 
 def list_pods(path: str, timeout: float = PROBE_TIMEOUT) -> tuple[int | None, str]:
     """PodResources ``List`` on ``path``: (pods, "") or (None, why)."""
-    channel = grpc.insecure_channel(
-        f"unix://{path}", options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
-    )
+    client = PodResourcesClient(path, timeout, log_failures=False)
     try:
-        call: Any = channel.unary_unary(
-            SERVICE + "List",
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=pb.ListPodResourcesResponse.FromString,
-        )
-        reply: pb.ListPodResourcesResponse = call(pb.ListPodResourcesRequest(), timeout=timeout)
-    except grpc.RpcError as exc:
-        return None, f"{exc.code().name}: {exc.details()}"
+        reply = client.list()
     finally:
-        channel.close()
+        client.close()
+    if reply is None:
+        code, details = client.last_error or ("UNKNOWN", "no reply")
+        return None, f"{code}: {details}"
     return len(reply.pod_resources), ""
 
 
