@@ -112,7 +112,6 @@ class HotplugWatcher:
         self._closed = False
         self.task: asyncio.Task[None] | None = None
         self.retry_seconds = 1.0
-        self.received = 0
         self.malformed = 0
 
     async def open(self) -> None:
@@ -165,7 +164,6 @@ class HotplugWatcher:
     async def _handle(self, payload: bytes) -> None:
         if self._closed:
             return
-        self.received += 1
         try:
             uevent = parse_uevent(payload)
         except UeventError as exc:
