@@ -29,13 +29,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nri_plrm.checkpoint.flusher import Flusher
-from nri_plrm.checkpoint.kubelet_export import policy_of, read_regular, write_owned
+from nri_plrm.checkpoint.kubelet_export import (
+    CPU_MANAGER_STATE_FILE,
+    MEMORY_MANAGER_STATE_FILE,
+    policy_of,
+    read_regular,
+    write_owned,
+)
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.memory_state import MemoryTable
 from nri_plrm.engine.spec import MemoryBlock
 
-CPU_MANAGER_STATE_FILE = "cpu_manager_state"
-MEMORY_MANAGER_STATE_FILE = "memory_manager_state"
 CPU_FORMATS = ("v2", "v4")
 MEMORY_FORMATS = ("v1", "v3")
 

@@ -28,16 +28,18 @@ from pathlib import Path
 from nri_plrm.checkpoint.atomic import open_at, open_dir, write_at
 from nri_plrm.checkpoint.flusher import Flusher
 
+CPU_MANAGER_STATE_FILE = "cpu_manager_state"
+MEMORY_MANAGER_STATE_FILE = "memory_manager_state"
 RECORD_FILE = ".nri-plrm-export"
 """The plugin's record of what it wrote in the export directory."""
 PLUGIN_POLICIES: Mapping[str, str] = {
-    "cpu_manager_state": "static",
-    "memory_manager_state": "Static",
+    CPU_MANAGER_STATE_FILE: "static",
+    MEMORY_MANAGER_STATE_FILE: "Static",
 }
 """The policy each exported file names (the kubelet's spelling)."""
 KUBELET_NONE_POLICIES: Mapping[str, str] = {
-    "cpu_manager_state": "none",
-    "memory_manager_state": "None",
+    CPU_MANAGER_STATE_FILE: "none",
+    MEMORY_MANAGER_STATE_FILE: "None",
 }
 KUBELET_SIBLINGS = ("pods", "checkpoints", "pod-resources", "device-plugins")
 """Entries only the kubelet's root directory has."""

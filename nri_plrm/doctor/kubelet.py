@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from nri_plrm.checkpoint.kubelet import kubelet_cpu_policy
+from nri_plrm.checkpoint.kubelet_export import MEMORY_MANAGER_STATE_FILE
 from nri_plrm.config import Config
 from nri_plrm.cpuset import CPUSet, CPUSetError
 from nri_plrm.doctor.kubelet_process import FLAG_KEYS, KubeletProcess
@@ -30,7 +31,6 @@ SWITCH_OFF = (
     f"the kubelet configuration, drain the node, remove the kubelet's cpu_manager_state and "
     f"memory_manager_state, restart the kubelet ({INSTALL_STEP_2})"
 )
-MEMORY_MANAGER_STATE_FILE = "memory_manager_state"
 
 
 @dataclass(frozen=True)
