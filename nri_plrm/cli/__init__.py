@@ -25,6 +25,7 @@ from nri_plrm.cli.inputs import (
     CommandError,
     UsageError,
 )
+from nri_plrm.cli.render import add_output_option
 from nri_plrm.cli.run import cmd_run
 from nri_plrm.cli.simulate import DEFAULT_MEMORY_PER_NUMA, cmd_simulate
 from nri_plrm.cli.state import cmd_state
@@ -97,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _config_option(sim)
     _topology_options(sim, "default: the bundled 2-socket, 4-NUMA, 32-core SMT2 machine")
-    _output_option(sim)
+    add_output_option(sim)
     sim.add_argument(
         "--fail-on-reject",
         action="store_true",
@@ -133,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="query this PodResources socket instead (no value: [pod_resources] socket)",
     )
     _topology_options(state, "default: discovered from [topology] sysfs_root")
-    _output_option(state)
+    add_output_option(state)
     state.set_defaults(handler=cmd_state)
 
     topo = sub.add_parser(
@@ -150,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _config_option(topo)
     _topology_options(topo, "default: discovered from [topology] sysfs_root")
-    _output_option(topo)
+    add_output_option(topo)
     topo.set_defaults(handler=cmd_topology)
 
     check = sub.add_parser(
@@ -197,12 +198,6 @@ def _topology_options(parser: argparse.ArgumentParser, default: str) -> None:
         help=f"a key=value machine spec, a CPU-table JSON file or a machine name ({default})",
     )
     group.add_argument("--sysfs", metavar="DIR", help="discover the machine from this sysfs tree")
-
-
-def _output_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--output", "-o", choices=("table", "json"), default="table", help="output format"
-    )
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Sequence
 from typing import TextIO
 
-from nri_plrm.cli.render import emit_json, render_table
+from nri_plrm.cli.render import add_output_option, emit_json, render_table
 from nri_plrm.config import DEFAULT_PATH
 from nri_plrm.doctor.containerd import DEFAULT_CONFIG_PATH as CONTAINERD_CONFIG
 from nri_plrm.doctor.containerd_version import DEFAULT_ADDRESS as CONTAINERD_SOCKET
@@ -81,9 +81,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], prog: s
         metavar="DIR",
         help=f"cgroup mount point (default {DEFAULT_CGROUP_ROOT})",
     )
-    doctor.add_argument(
-        "--output", "-o", choices=("table", "json"), default="table", help="output format"
-    )
+    add_output_option(doctor)
     doctor.set_defaults(handler=cmd_doctor)
 
 

@@ -1,10 +1,18 @@
-"""Output shared by the commands: plain text tables and indented JSON."""
+"""Output shared by the commands: the ``--output`` option, plain text tables and indented JSON."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
 from typing import Any, TextIO
+
+
+def add_output_option(parser: argparse.ArgumentParser) -> None:
+    """``--output``/``-o``: ``table`` (the default) or ``json``."""
+    parser.add_argument(
+        "--output", "-o", choices=("table", "json"), default="table", help="output format"
+    )
 
 
 def emit_json(out: TextIO, data: Any) -> None:
