@@ -25,6 +25,11 @@ class InFlight:
         with self._lock:
             del self._started[key]
 
+    def __len__(self) -> int:
+        """The number of requests in progress."""
+        with self._lock:
+            return len(self._started)
+
     def oldest(self) -> tuple[str, float] | None:
         """(method, start time) of the oldest request in progress, or None when idle."""
         with self._lock:

@@ -144,7 +144,6 @@ class Stub:
         self.subscribed: int = 0
         self._channel: Channel | None = None
         self._stopping = asyncio.Event()
-        self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._handler_tasks: set[asyncio.Task[Any]] = set()
@@ -319,8 +318,8 @@ class Stub:
         channel = self._channel
         if channel is None:
             raise ConnectionError("NRI: UpdateContainers while not connected to the runtime")
-        while self._in_flight or not self.ready.is_set():
-            if self._in_flight:
+        while self._in_progress or not self.ready.is_set():
+            if self._in_progress:
                 await self._idle.wait()
             else:
                 await self._wait_ready(channel)
@@ -370,7 +369,6 @@ class Stub:
             task = asyncio.current_task()
             if task is not None:
                 self._handler_tasks.add(task)
-            self._in_flight += 1
             self._idle.clear()
             key = id(req)
             start = self._in_progress.start(key, method)
@@ -389,8 +387,7 @@ class Stub:
             finally:
                 elapsed = time.monotonic() - start
                 self._in_progress.finish(key)
-                self._in_flight -= 1
-                if not self._in_flight:
+                if not self._in_progress:
                     self._idle.set()
                 if task is not None:
                     self._handler_tasks.discard(task)
