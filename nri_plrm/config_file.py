@@ -82,7 +82,7 @@ def load_config(path: str | Path) -> Config:
     or device at the path is refused without blocking (opened with ``O_NONBLOCK``).
     """
     p = Path(path)
-    raw = _read_config_bytes(p)
+    raw = read_config_bytes(p)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -90,7 +90,9 @@ def load_config(path: str | Path) -> Config:
     return parse_config(text, str(p))
 
 
-def _read_config_bytes(p: Path) -> bytes:
+def read_config_bytes(p: Path) -> bytes:
+    """The bytes of the configuration file ``p``: a regular file of at most 1 MiB, opened
+    without blocking (a FIFO or device is refused); raises ``ConfigError`` naming ``p``."""
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:

@@ -18,9 +18,11 @@ import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from nri_plrm.config import Config
+from nri_plrm.config import Config, ConfigError
+from nri_plrm.config_file import read_config_bytes
 from nri_plrm.doctor.containerd_version import ContainerdVersion
 from nri_plrm.doctor.result import Check, fail, ok, warn
 
@@ -104,8 +106,12 @@ class ContainerdConfig:
 
 
 def _load_toml(path: str) -> dict[str, Any]:
-    with open(path, "rb") as handle:
-        return tomllib.load(handle)
+    """``path`` parsed, read as the plugin reads its own config (bounded, never blocking)."""
+    return tomllib.loads(read_config_bytes(Path(path)).decode("utf-8"))
+
+
+def _unreadable(path: str, exc: Exception) -> str:
+    return str(exc) if isinstance(exc, ConfigError) else f"{path}: {exc}"
 
 
 def _dig(table: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
@@ -156,8 +162,8 @@ def read_containerd_config(path: str) -> ContainerdConfig:
         return ContainerdConfig(path, found=False)
     try:
         data = _load_toml(path)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        return ContainerdConfig(path, found=True, errors=(f"{path}: {exc}",))
+    except (ConfigError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return ContainerdConfig(path, found=True, errors=(_unreadable(path, exc),))
     raw_version = data.get("version", 1)
     version = raw_version if isinstance(raw_version, int) else 1
     nri = dict(_nri_table(data, version))
@@ -166,12 +172,12 @@ def read_containerd_config(path: str) -> ContainerdConfig:
     systemd = _dig(data, ("plugins", *runc, "SystemdCgroup"))
     files, errors = [path], []
     for extra in _imports(data, path):
+        if not os.path.lexists(extra):
+            continue
         try:
             imported = _load_toml(extra)
-        except FileNotFoundError:
-            continue
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            errors.append(f"{extra}: {exc}")
+        except (ConfigError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            errors.append(_unreadable(extra, exc))
             continue
         files.append(extra)
         nri.update(_nri_table(imported, version))

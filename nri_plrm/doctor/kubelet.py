@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from nri_plrm.checkpoint.kubelet import kubelet_cpu_policy
 from nri_plrm.checkpoint.kubelet_export import MEMORY_MANAGER_STATE_FILE
-from nri_plrm.config import Config
+from nri_plrm.config import Config, ConfigError
+from nri_plrm.config_file import read_config_bytes
 from nri_plrm.cpuset import CPUSet, CPUSetError
 from nri_plrm.doctor.kubelet_process import FLAG_KEYS, KubeletProcess
 from nri_plrm.doctor.result import Check, fail, ok, warn
@@ -82,12 +84,11 @@ def config_path(explicit: str | None, process: KubeletProcess | None) -> str:
 
 def read_kubelet_config(path: str, process: KubeletProcess | None = None) -> KubeletConfig:
     """Read ``path``; never raises for a missing or broken file."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return KubeletConfig(path, found=False, process=process)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    try:
+        data = yaml.safe_load(read_config_bytes(Path(path)).decode("utf-8"))
+    except (ConfigError, UnicodeDecodeError, yaml.YAMLError) as exc:
         error = str(exc).replace("\n", " ")
         return KubeletConfig(path, found=True, error=error, process=process)
     if not isinstance(data, Mapping):

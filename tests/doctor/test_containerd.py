@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 from collections.abc import Iterator
@@ -236,3 +237,15 @@ def test_api_lookup_slower_than_the_request_timeout_fails() -> None:
     cfg = ContainerdConfig("c.toml", True, 3, {"plugin_request_timeout": "1s"})
     check = containerd.check_timeouts(cfg, config)
     assert check.status is Status.FAIL and "lookup_timeout" in check.message
+
+
+def test_a_fifo_at_the_containerd_config_path_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    """A FIFO as containerd's config (or an import of it) is reported, never read blocking."""
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    cfg = read_containerd_config(str(fifo))
+    assert cfg.found and len(cfg.errors) == 1 and "must be a regular file" in cfg.errors[0]
+    main = tmp_path / "main.toml"
+    main.write_text(f'version = 3\nimports = ["{fifo}"]\n')
+    cfg = read_containerd_config(str(main))
+    assert len(cfg.errors) == 1 and str(fifo) in cfg.errors[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
@@ -226,3 +227,12 @@ def test_no_kubelet_process(tmp_path: Path) -> None:
     assert find_kubelet(str(tmp_path / "absent")) is None
     kc = read_kubelet_config(str(tmp_path / "absent.yaml"), None)
     assert "no kubelet is running" in kubelet.check_config_file(kc).message
+
+
+def test_a_fifo_at_the_kubelet_config_path_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    """doctor reads the kubelet's file as the plugin reads its own config: a FIFO (nobody
+    writing) is refused at once instead of blocking the preflight."""
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    kc = read_kubelet_config(str(fifo))
+    assert kc.found and kc.error is not None and "must be a regular file" in kc.error
