@@ -266,14 +266,7 @@ class Plugin:
         self, record: PodRecord, container: api.Container
     ) -> tuple[ContainerAssignment, Changes, str | None]:
         """:meth:`place` after the NRI-only single-container inference; the step taken."""
-        kind, changes = self.inference.before_place(record, container)
-        try:
-            assignment, placed = self.place(record, container)
-        except NRIError:
-            if kind is not None:
-                self._send_later(self.inference.undo(record.uid, kind))
-            raise
-        return assignment, {**changes, **placed}, kind
+        return self.inference.place(record, container, self.place, self._send_later)
 
     def update_container(
         self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 
 from nri_plrm.engine.facade import Changes
-from nri_plrm.engine.spec import AdmissionError
+from nri_plrm.engine.spec import AdmissionError, ContainerAssignment
 from nri_plrm.ledger import NodeLedger, NotSavedError
 from nri_plrm.ledger.tables import PodRecord
 from nri_plrm.nri.handlers import NRIError
@@ -62,6 +62,32 @@ class SingleContainerInference:
             "pod=%s uid=%s %sd (single-container inference)", record.label(), record.uid, kind
         )
         return kind, {k: a for k, a in changes.items() if k != (record.uid, container.name)}
+
+    def place(
+        self,
+        record: PodRecord,
+        container: api.Container,
+        place: Callable[[PodRecord, api.Container], tuple[ContainerAssignment, Changes]],
+        send_later: Callable[[Changes], None],
+    ) -> tuple[ContainerAssignment, Changes, str | None]:
+        """``place`` the container after the inference, as one compound decision (the other
+        pods' containers are reported once, when the node shared pool ended elsewhere); the
+        step taken. A refused container raises ``NRIError``: the step is taken back and what
+        moved is sent later."""
+        undone: Changes = {}
+        try:
+            with self.ledger.net_changes() as net:
+                kind, changes = self.before_place(record, container)
+                try:
+                    assignment, placed = place(record, container)
+                except NRIError:
+                    if kind is not None:
+                        undone = self.undo(record.uid, kind)
+                    raise
+        except NRIError:
+            send_later({**undone, **net})
+            raise
+        return assignment, {**changes, **placed, **net}, kind
 
     def undo(self, uid: str, kind: str) -> Changes:
         """Take back ``kind`` after the container it was for was refused; what changed."""

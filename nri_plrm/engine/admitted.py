@@ -67,6 +67,11 @@ class AdmittedPod:
             baselines={str(n): CPUSet.parse(str(c)) for n, c in data.get("baselines", {}).items()},
         )
 
+    def container_names(self) -> list[str]:
+        """The names of the containers known: the whole spec's, or those seen so far."""
+        known = self.spec.all_containers() if self.mode == MODE_WHOLE else self.containers
+        return [c.name for c in known]
+
     def spec_so_far(self) -> PodSpec:
         """The pod as known now: budget plus the containers seen, init-like ones first."""
         inits = tuple(c for c in self.containers if c.kind is not ContainerKind.APP)

@@ -11,7 +11,8 @@ docs/design.md explains the incremental rules and where they meet the kubelet's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ from nri_plrm.engine.admitted import (
 )
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig
-from nri_plrm.engine.invariants import accounting_problems
+from nri_plrm.engine.invariants import accounting_problems, placement_problems
 from nri_plrm.engine.memory_manager import MemoryManager
 from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.pod_budget import check_slice, cpu_pool_emptied, memory_pool_emptied
@@ -97,6 +98,10 @@ class Engine:
         self.memory_manager = MemoryManager(topology, config.memory_manager)
         self._pods: dict[str, AdmittedPod] = {}
         self._node_shared: set[tuple[str, str]] = set()
+        self._deferred = 0
+        self._on_default = ContainerAssignment(
+            AssignmentType.NODE_SHARED, self.cpu_manager.default_cpuset, CPUSet()
+        )
 
     @property
     def _providers(self) -> tuple[HintProvider, ...]:
@@ -414,11 +419,29 @@ class Engine:
         """Every node-shared container (but ``exclude``) when the node shared pool moved."""
         return self._changes_since(before, exclude)
 
+    @contextmanager
+    def net_changes(self) -> Iterator[Changes]:
+        """A compound decision (several calls that make one change, e.g. a pod re-admitted and
+        its next container placed): calls inside report only the containers of their own pod;
+        the node-shared containers are added to the yielded dict once, at exit (also when the
+        block raised), and only when the node shared pool ended where it did not start (a pool
+        that moved away and back changed no container). Nested blocks defer to the outermost."""
+        before = self.cpu_manager.default_cpuset
+        net: Changes = {}
+        self._deferred += 1
+        try:
+            yield net
+        finally:
+            self._deferred -= 1
+            if not self._deferred:
+                net.update(self._changes_since(before))
+
     # -- bookkeeping ---------------------------------------------------------------------------
 
     def _changes_since(self, before: CPUSet, exclude: tuple[str, str] | None = None) -> Changes:
-        """Every node-shared container (but ``exclude``) when the node shared pool moved."""
-        if self.cpu_manager.default_cpuset == before:
+        """Every node-shared container (but ``exclude``) when the node shared pool moved
+        (nothing inside :meth:`net_changes`, which reports them at its end)."""
+        if self._deferred or self.cpu_manager.default_cpuset == before:
             return {}
         return {
             key: self._assignment_of(*key) for key in sorted(self._node_shared) if key != exclude
@@ -442,11 +465,21 @@ class Engine:
 
     def _assignment_of(self, pod_uid: str, name: str) -> ContainerAssignment:
         cpu, mem = self.cpu_manager, self.memory_manager
+        if cpu.assignment(pod_uid, name) is None and not mem.has_blocks(pod_uid, name):
+            return self._node_shared_assignment()
         atype = cpu.assignment_type(pod_uid, name)
         blocks = mem.container_blocks(pod_uid, name) or ()
         mems = CPUSet(mem.numa_nodes_for(pod_uid, name))
         reported = () if atype is AssignmentType.POD_SHARED else blocks
         return ContainerAssignment(atype, cpu.cpus_for(pod_uid, name), mems, reported)
+
+    def _node_shared_assignment(self) -> ContainerAssignment:
+        """The assignment of a container with neither CPUs nor memory of its own: one object
+        per node shared pool, shared by every such container (they all run there)."""
+        default = self.cpu_manager.default_cpuset
+        if self._on_default.cpus is not default:
+            self._on_default = ContainerAssignment(AssignmentType.NODE_SHARED, default, CPUSet())
+        return self._on_default
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -466,11 +499,7 @@ class Engine:
         """Every known container's assignment."""
         out: dict[tuple[str, str], ContainerAssignment] = {}
         for uid, record in self._pods.items():
-            names = (
-                [c.name for c in record.spec.all_containers()]
-                if record.mode == MODE_WHOLE
-                else [c.name for c in record.containers]
-            )
+            names = record.container_names()
             names += [n for u, n in self._node_shared if u == uid and n not in names]
             for name in names:
                 out[(uid, name)] = self._assignment_of(uid, name)
@@ -510,11 +539,7 @@ class Engine:
         tm = self.topology_manager
         affinity: dict[str, dict[str, Any]] = {}
         for uid, record in self._pods.items():
-            names = (
-                [c.name for c in record.spec.all_containers()]
-                if record.mode == MODE_WHOLE
-                else [c.name for c in record.containers]
-            )
+            names = record.container_names()
             for name in names:
                 hint = tm.get_affinity(uid, name)
                 if hint.numa_affinity is not None or hint.preferred:
@@ -561,19 +586,6 @@ class Engine:
 
     def verify(self) -> list[str]:
         """Invariant violations (empty when consistent); for tests and the ``state`` command."""
-        problems = accounting_problems(
-            self.topology, self.config.memory_manager, self.cpu_manager, self.memory_manager
-        )
-        cpu = self.cpu_manager
-        for uid, record in self._pods.items():
-            pool = cpu.pod_shared_pool(uid) if cpu.pod_cpus(uid) is not None else None
-            for name in record.shared - record.stopped if pool is not None else ():
-                got = cpu.assignment(uid, name)
-                if got is not None and got != pool:
-                    problems.append(
-                        f"pod {uid}: shared container {name} has {got}, pod pool is {pool}"
-                    )
-        for key in self._node_shared:
-            if cpu.assignment(*key) is not None:
-                problems.append(f"container {key}: tracked as node-shared but holds cpus")
-        return problems
+        cpu, mem = self.cpu_manager, self.memory_manager
+        problems = accounting_problems(self.topology, self.config.memory_manager, cpu, mem)
+        return problems + placement_problems(cpu, self._pods, self._node_shared)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.engine.admitted import AdmittedPod
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.memory_manager import MemoryManager
 from nri_plrm.engine.memory_state import MemoryManagerConfig
@@ -54,4 +57,22 @@ def accounting_problems(
         MemoryManager.restore(topology, memory_config, mem.snapshot())
     except ValueError as err:
         problems.append(f"memory accounting: {err}")
+    return problems
+
+
+def placement_problems(
+    cpu: CPUManager, pods: Mapping[str, AdmittedPod], node_shared: set[tuple[str, str]]
+) -> list[str]:
+    """Every live shared container of a pod budget on its pod's pool, and no container tracked
+    as node-shared holding CPUs; the violations found (empty when consistent)."""
+    problems: list[str] = []
+    for uid, record in pods.items():
+        pool = cpu.pod_shared_pool(uid) if cpu.pod_cpus(uid) is not None else None
+        for name in record.shared - record.stopped if pool is not None else ():
+            got = cpu.assignment(uid, name)
+            if got is not None and got != pool:
+                problems.append(f"pod {uid}: shared container {name} has {got}, pod pool is {pool}")
+    for key in node_shared:
+        if cpu.assignment(*key) is not None:
+            problems.append(f"container {key}: tracked as node-shared but holds cpus")
     return problems

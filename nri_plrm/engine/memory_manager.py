@@ -480,6 +480,10 @@ class MemoryManager:
 
     # queries ----------------------------------------------------------------------------------
 
+    def has_blocks(self, pod_uid: str, name: str) -> bool:
+        """True when the container holds memory blocks of its own."""
+        return bool(self._entries.get(pod_uid, {}).get(name))
+
     def container_blocks(self, pod_uid: str, name: str) -> tuple[MemoryBlock, ...] | None:
         """A container's blocks, or None when it has no entry."""
         blocks = self._entries.get(pod_uid, {}).get(name)

@@ -391,6 +391,23 @@ class NodeLedger:
             raise NotSavedError(str(exc)) from exc
         self._update_read_model_and_export()
 
+    @contextmanager
+    def net_changes(self) -> Iterator[Changes]:
+        """A compound decision (``Engine.net_changes``): the other pods' containers that moved
+        are added to the yielded dict once, at the end, and their views rebuilt then."""
+        engine = self.engine
+        before = engine.node_shared_pool()
+        out: Changes = {}
+        try:
+            with engine.net_changes() as net:
+                yield out
+        finally:
+            out.update(net if self.engine is engine else self.engine.changes_since(before))
+            if out:
+                self._state.changed_pods.update(uid for uid, _ in out)
+                if not self._batch:
+                    self._update_read_model_and_export()
+
     def _revert(self) -> None:
         """Back to the last durable state: the checkpoint plus the journaled records."""
         records = self.persistence.records

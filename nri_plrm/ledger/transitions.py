@@ -47,12 +47,8 @@ class Transitions:
         self.engine = engine
         self.tables = tables or Tables()
         self.changed_pods: set[str] = set()
-        self.promoted_from: tuple[str, CPUSet] | None = None
-        """A pod just promoted with no container yet, and the node shared pool before: its
-        first placement usually takes back exactly what the promotion freed."""
 
     def _changed(self, uid: str, changes: Changes) -> Changes:
-        self.promoted_from = None
         self.changed_pods.add(uid)
         self.changed_pods.update(u for u, _ in changes)
         return changes
@@ -114,9 +110,6 @@ class Transitions:
                 record.containers[name] = previous
                 tables.ids[previous] = (uid, name)
             raise
-        promoted = self.promoted_from
-        if promoted is not None and promoted == (uid, self.engine.node_shared_pool()):
-            changes = {key: a for key, a in changes.items() if key[0] == uid}
         op: Op = {
             "op": "place",
             "uid": uid,
@@ -231,36 +224,26 @@ class Transitions:
     def reclass(self, uid: str, kind: str) -> tuple[Changes, Op]:
         """NRI-only single-container inference: re-admit a pod as classic ("promote", its first
         container holding the budget) or as its budget ("demote"), with its containers so far
-        (stopped ones stopped). Raises ``AdmissionError``, leaving the pod half re-admitted:
-        the caller reverts to the durable state."""
+        (stopped ones stopped): one compound decision (``Engine.net_changes``). Raises
+        ``AdmissionError``, leaving the pod half re-admitted: the caller reverts to the durable
+        state."""
         record = self.tables.pods[uid]
         engine = self.engine
         intent = as_classic(record.intent) if kind == "promote" else as_budget(record.intent)
         stopped = {n for n in record.containers if engine.is_stopped(uid, n)}
-        pool = engine.node_shared_pool()
-        changes = dict(engine.remove_pod(uid))
-        changes.update(engine.admit_sandbox(intent.spec, intent.aggregate))
-        record.intent = intent
-        for name in record.containers:
-            spec = budget_container(intent, name) if kind == "promote" else ContainerSpec(name)
-            assignment, more = engine.add_container(intent.spec, spec)
-            changes.update(more)
-            changes[(uid, name)] = assignment
-            if name in stopped:
-                changes.update(engine.stop_container(uid, name))
-        # Other pods change only through the node shared pool: when it ends where it started,
-        # their containers run where they did (it moved away and back). A promotion before the
-        # pod's first container leaves that to the placement that follows (``place``).
-        first = kind == "promote" and not record.containers
-        others = engine.node_shared_pool() != pool and not first
-        live = {
-            k: a
-            for k in changes
-            if (others or k[0] == uid) and (a := engine.assignment(*k)) is not None
-        }
-        changed = self._changed(uid, live)
-        if first:
-            self.promoted_from = (uid, pool)
+        own: set[tuple[str, str]] = set()
+        with engine.net_changes() as others:
+            engine.remove_pod(uid)
+            engine.admit_sandbox(intent.spec, intent.aggregate)
+            record.intent = intent
+            for name in record.containers:
+                spec = budget_container(intent, name) if kind == "promote" else ContainerSpec(name)
+                own.update(engine.add_container(intent.spec, spec)[1])
+                own.add((uid, name))
+                if name in stopped:
+                    own.update(engine.stop_container(uid, name))
+        live = {k: a for k in own if (a := engine.assignment(*k)) is not None}
+        changed = self._changed(uid, {**live, **others})
         return changed, {"op": kind, "uid": uid}
 
     def replay(self, op: Mapping[str, Any]) -> None:
