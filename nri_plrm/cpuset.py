@@ -19,9 +19,10 @@ class CPUSetError(ValueError):
 class CPUSet:
     """Immutable, hashable set of non-negative CPU ids."""
 
-    __slots__ = ("_mask",)
+    __slots__ = ("_mask", "_text")
 
     _mask: int
+    _text: str | None
 
     def __init__(self, cpus: Iterable[int] = ()) -> None:
         mask = 0
@@ -32,6 +33,7 @@ class CPUSet:
                 raise CPUSetError(f"cpu id {cpu}: exceeds the maximum {MAX_CPU_ID - 1}")
             mask |= 1 << cpu
         self._mask = mask
+        self._text = None
 
     @classmethod
     def from_mask(cls, mask: int) -> CPUSet:
@@ -40,6 +42,7 @@ class CPUSet:
             raise CPUSetError(f"cpu mask {mask}: must be non-negative")
         obj = cls.__new__(cls)
         obj._mask = mask
+        obj._text = None
         return obj
 
     @classmethod
@@ -166,6 +169,12 @@ class CPUSet:
         return CPUSet.from_mask(out)
 
     def __str__(self) -> str:
+        text = self._text
+        if text is None:
+            text = self._text = self._format()
+        return text
+
+    def _format(self) -> str:
         parts: list[str] = []
         mask = self._mask
         base = 0

@@ -45,7 +45,11 @@ from nri_plrm.translate.nri_to_pod import (
     resized_budget,
     resized_container,
 )
-from nri_plrm.translate.pod_to_cri import assignment_update, fill_assignment
+from nri_plrm.translate.pod_to_cri import (
+    assignment_update,
+    assignment_updates,
+    fill_assignment,
+)
 
 UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
 """Sends an unsolicited ``UpdateContainers`` (the stub's ``update_containers``)."""
@@ -502,12 +506,12 @@ def updates_for(
 ) -> list[api.ContainerUpdate]:
     """``ContainerUpdate`` messages for these assignments, to the containers that have an id
     (``exclude``: the one the reply adjusts)."""
-    updates = []
-    for key, assignment in changes.items():
-        cid = ledger.tables.container_id(key)
-        if cid is not None and cid != exclude:
-            updates.append(assignment_update(cid, assignment))
-    return updates
+    ids = ledger.tables.container_id
+    return assignment_updates(
+        (cid, assignment)
+        for key, assignment in changes.items()
+        if (cid := ids(key)) is not None and cid != exclude
+    )
 
 
 def _reason(assignment: ContainerAssignment) -> str:

@@ -119,3 +119,23 @@ def test_algebra_agrees_with_python_sets(a: frozenset[int], b: frozenset[int]) -
 def test_parse_never_raises_anything_but_cpuset_error(text: str) -> None:
     with contextlib.suppress(CPUSetError):
         CPUSet.parse(text)
+
+
+def _ranges(ids: set[int]) -> str:
+    runs: list[list[int]] = []
+    for cpu in sorted(ids):
+        if runs and runs[-1][1] == cpu - 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+@given(st.sets(st.integers(min_value=0, max_value=300)))
+def test_the_list_format_is_the_same_on_every_call_and_every_construction(ids: set[int]) -> None:
+    built = CPUSet(ids)
+    assert str(built) == _ranges(ids)
+    assert str(built) == _ranges(ids)
+    assert str(CPUSet.from_mask(built.mask)) == _ranges(ids)
+    assert str(CPUSet.parse(_ranges(ids))) == _ranges(ids)
+    assert str(built | CPUSet([301])) == _ranges(ids | {301})

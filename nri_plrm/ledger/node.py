@@ -9,7 +9,9 @@ through the plugin.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -68,6 +70,7 @@ class NodeLedger:
         self.on_change = on_change
         self._state = Transitions(engine)
         self._read_model = ReadModel()
+        self._publish_thread: int | None = None
         self._batch = False
         self.persistence = Persistence(
             self.snapshot,
@@ -422,7 +425,24 @@ class NodeLedger:
         self._read_model.rebuild(self.engine, self.tables)
 
     def _update_read_model_and_export(self) -> None:
-        """Publish the changed pods to the read model and schedule the export."""
+        """Publish the changed pods to the read model and schedule the export: at once, or,
+        inside a running event loop, once when the current step ends (after the reply went
+        out; the decisions of one request are published together)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._publish()
+            return
+        if self._publish_thread is None:
+            self._publish_thread = threading.get_ident()
+            loop.call_soon(self._publish_pending)
+
+    def _publish_pending(self) -> None:
+        if self._publish_thread is not None:
+            self._publish()
+
+    def _publish(self) -> None:
+        self._publish_thread = None
         state = self._state
         self._read_model.rebuild(state.engine, state.tables, state.changed_pods)
         state.changed_pods.clear()
@@ -434,7 +454,10 @@ class NodeLedger:
 
     def pods(self) -> Sequence[PodView]:
         """Every pod with its containers and assignments: an immutable snapshot, safe to read
-        from any thread (the PodResources server's workers, ``nri-plrm state``)."""
+        from any thread (the PodResources server's workers, ``nri-plrm state``). Other threads
+        see each request's decisions once its reply is sent; the loop's own thread at once."""
+        if self._publish_thread == threading.get_ident():
+            self._publish()
         return self._read_model.pods()
 
     def allocatable_cpus(self) -> CPUSet:

@@ -338,3 +338,19 @@ def assignment_update(container_id: str, assignment: ContainerAssignment) -> api
     update = api.ContainerUpdate(container_id=container_id)
     fill_assignment(update.linux.resources, assignment)
     return update
+
+
+def assignment_updates(
+    targets: Iterable[tuple[str, ContainerAssignment]],
+) -> list[api.ContainerUpdate]:
+    """``ContainerUpdate`` messages for (container id, assignment) pairs; containers with equal
+    assignments (every container on a pool that moved) share one encoded resources part."""
+    parts: dict[ContainerAssignment, api.LinuxContainerUpdate] = {}
+    updates = []
+    for container_id, assignment in targets:
+        part = parts.get(assignment)
+        if part is None:
+            part = parts[assignment] = api.LinuxContainerUpdate()
+            fill_assignment(part.resources, assignment)
+        updates.append(api.ContainerUpdate(container_id=container_id, linux=part))
+    return updates

@@ -11,11 +11,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nrisim.capture import capture_dir
 
-from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.spec import (
+    AssignmentType,
+    ContainerAssignment,
+    ContainerKind,
+    ContainerSpec,
+    PodSpec,
+)
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.manifest_to_pod import load_manifests
 from nri_plrm.translate.pod_to_cri import (
     CRIResources,
+    assignment_update,
+    assignment_updates,
     cgroup_parent,
     container_resources,
     creation_order,
@@ -267,3 +276,17 @@ def test_fuzz_container_translation_is_consistent(req: int | None, lim: int, mem
     back = api.Container.FromString(msg.SerializeToString())
     assert back.linux.resources.cpu.shares.value == res.cpu_shares
     assert back.linux.resources.memory.limit.value == res.memory_limit_in_bytes
+
+
+def test_assignment_updates_equal_one_update_per_container() -> None:
+    shared = ContainerAssignment(AssignmentType.NODE_SHARED, CPUSet.parse("0-3,8"), CPUSet())
+    exclusive = ContainerAssignment(
+        AssignmentType.NODE_EXCLUSIVE, CPUSet.parse("4-5"), CPUSet.parse("0")
+    )
+    targets = [("a", shared), ("b", exclusive), ("c", shared), ("d", dataclasses.replace(shared))]
+    batch = assignment_updates(targets)
+    assert [u.SerializeToString() for u in batch] == [
+        assignment_update(cid, a).SerializeToString() for cid, a in targets
+    ]
+    batch[0].linux.resources.cpu.cpus = "9"
+    assert batch[2].linux.resources.cpu.cpus == "0-3,8"
