@@ -85,7 +85,7 @@ def cpu_load(
     processes: int = CPU_PROCESSES,
 ) -> Iterator[CpuLoadPlacement]:
     """``processes`` busy loops running while the block runs. With ``node_cgroups``, placed
-    as on a node: they in the pods cgroup, this process and the ``measured`` ones in the
+    as on a node: the loops in the pods cgroup, this process and the ``measured`` ones in the
     system cgroup; otherwise (or when that is impossible) in this process's cgroup."""
     procs = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(processes)]
     groups = None
