@@ -1,14 +1,21 @@
 """Background load the benchmarks start and stop themselves: busy CPUs, or disk writers.
 
 - ``cpu``: two processes spinning in a loop for the duration (the node's other workloads
-  keeping both cores of a 2-CPU machine busy).
+  keeping both cores of a 2-CPU machine busy). By default they are placed as pods are on a
+  Kubernetes node: in a "pods" cgroup beside a "system" cgroup holding the measured processes
+  (this process, the runtime simulator, and the plugin processes the caller names), with the
+  CPU weights of ``kubepods.slice`` and ``system.slice`` (``bench.node_cgroups``). Where that
+  cannot be done (not root, no cpu controller, ...) the load runs beside the measured
+  processes in their cgroup, as with ``node_cgroups=False``, and one line on stderr says why;
+  the yielded :class:`CpuLoadPlacement` tells which placement ran.
 - ``io``: four processes writing files on a given filesystem, as image pulls do during a
   pod-start storm: each writes 16 MiB files in 256 KiB chunks, ``fsync``s each one (containerd
   syncs every blob it commits) and keeps its last eight, so the disk stays busy and the page
   cache stays bounded (32 MiB per writer).
 
 Both are context managers; leaving them kills and reaps the processes (and removes the
-writers' files). ``python -m bench.load cpu|io [DIR]`` runs one until interrupted.
+writers' files; the cgroups of the node placement). ``python -m bench.load cpu|cpu-one-cgroup|io
+[DIR]`` runs one until interrupted.
 """
 
 from __future__ import annotations
@@ -16,11 +23,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from bench.node_cgroups import NodeCgroups, Unavailable
 
 CPU_PROCESSES = 2
 IO_PROCESSES = 4
@@ -55,15 +66,48 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
         proc.wait()
 
 
+@dataclass(frozen=True)
+class CpuLoadPlacement:
+    """Where a cpu load ran: ``node_cgroups`` (the node placement) or not, ``detail`` (the
+    cgroups and weights, or why the load shares the measured processes' cgroup) and, with the
+    node placement, the directories of the two cgroups."""
+
+    node_cgroups: bool
+    detail: str
+    system_cgroup: str = ""
+    pods_cgroup: str = ""
+
+
 @contextlib.contextmanager
-def cpu_load(processes: int = CPU_PROCESSES) -> Iterator[None]:
-    """``processes`` busy loops running while the block runs."""
+def cpu_load(
+    measured: Sequence[int] = (),
+    node_cgroups: bool = True,
+    processes: int = CPU_PROCESSES,
+) -> Iterator[CpuLoadPlacement]:
+    """``processes`` busy loops running while the block runs. With ``node_cgroups``, placed
+    as on a node: the loops in the pods cgroup, this process and the ``measured`` ones in the
+    system cgroup; otherwise (or when that is impossible) in this process's cgroup."""
     procs = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(processes)]
+    groups = None
+    placement = CpuLoadPlacement(False, "one cgroup (asked for)")
     try:
+        if node_cgroups:
+            try:
+                groups = NodeCgroups.here()
+                groups.enter([os.getpid(), *measured], [p.pid for p in procs])
+            except Unavailable as err:
+                groups = None
+                placement = CpuLoadPlacement(False, f"one cgroup: {err}")
+                print(f"bench.load: cpu load beside the measured processes: {err}", file=sys.stderr)
+            else:
+                placement = CpuLoadPlacement(True, groups.describe(), groups.system, groups.pods)
         time.sleep(0.2)
-        yield
+        yield placement
     finally:
         _stop(procs)
+        if groups is not None:
+            for problem in groups.leave():
+                print(f"bench.load: cgroup cleanup: {problem}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -85,11 +129,23 @@ def io_load(near: str, processes: int = IO_PROCESSES) -> Iterator[None]:
         shutil.rmtree(top, ignore_errors=True)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
-    """Run one load until interrupted."""
+    """Run one load until interrupted (Ctrl-C or SIGTERM: both clean up)."""
+    signal.signal(signal.SIGTERM, _interrupt)
     kind = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-    load = io_load(sys.argv[2] if len(sys.argv) > 2 else ".") if kind == "io" else cpu_load()
-    with contextlib.suppress(KeyboardInterrupt), load:
+    if kind == "io":
+        load: contextlib.AbstractContextManager[object] = io_load(
+            sys.argv[2] if len(sys.argv) > 2 else "."
+        )
+    else:
+        load = cpu_load(node_cgroups=kind != "cpu-one-cgroup")
+    with contextlib.suppress(KeyboardInterrupt), load as placement:
+        if isinstance(placement, CpuLoadPlacement):
+            print(f"bench.load: {placement.detail}", file=sys.stderr)
         while True:
             time.sleep(1)
 

@@ -14,7 +14,12 @@ the test runtime model, with NRI messages from the kubelet translation.
 - ``create_container_p99_ms_500live_cpu_load`` / ``..._io_load`` (and their p50): the same
   CreateContainer figures, on the same 500 live containers, while two busy processes keep the
   CPUs busy, or while four processes write and sync files on the state directory's filesystem
-  (``bench.load``; the benchmark starts and stops them).
+  (``bench.load``; the benchmark starts and stops them). The busy processes are placed as on a
+  Kubernetes node: in a pods cgroup, the plugin and the simulator in a system cgroup, with the
+  weights of ``kubepods.slice`` and ``system.slice`` (``cpu_load_node_cgroups`` is 1; 0 when
+  that could not be done and every process shared one cgroup).
+- ``create_container_p99_ms_500live_cpu_load_one_cgroup`` (and its p50): the same with the busy
+  processes beside the plugin and the simulator in one cgroup, the harsher case no node has.
 Targets: CreateContainer p99 <= 5 ms (<= 5 ms under io load, <= 8 ms under cpu load),
 Synchronize <= 200 ms.
 
@@ -33,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import main, percentile
-from bench.load import cpu_load, io_load
+from bench.load import CpuLoadPlacement, cpu_load, io_load
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,7 +46,13 @@ SPEC_256 = "sockets=2,numa_per_socket=4,cores_per_numa=16,threads_per_core=2,mem
 CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 SAMPLES = 200
 GI = 1 << 30
-LOADS = ("quiet", "cpu", "io")
+LOADS = ("quiet", "cpu", "cpu_one_cgroup", "io")
+SUFFIXES = {
+    "quiet": "",
+    "cpu": "_cpu_load",
+    "cpu_one_cgroup": "_cpu_load_one_cgroup",
+    "io": "_io_load",
+}
 CODE_ENV = "BENCH_PLUGIN_CODE"
 
 
@@ -156,8 +167,20 @@ async def _create_samples(sim: object, rt: object, first: int) -> list[float]:
     return samples
 
 
-async def _create_latency(tmp: str, loads: tuple[str, ...]) -> dict[str, list[float]]:
-    """CreateContainer samples with 500 live containers, per load (``LOADS``)."""
+def _load(name: str, state_dir: str, plugin_pid: int) -> contextlib.AbstractContextManager[object]:
+    """The context manager running load ``name`` (one of ``LOADS``)."""
+    if name == "quiet":
+        return contextlib.nullcontext()
+    if name == "io":
+        return io_load(state_dir)
+    return cpu_load(measured=[plugin_pid], node_cgroups=name == "cpu")
+
+
+async def _create_latency(
+    tmp: str, loads: tuple[str, ...]
+) -> tuple[dict[str, list[float]], bool | None]:
+    """CreateContainer samples with 500 live containers, per load (``LOADS``), and whether the
+    ``cpu`` load ran with the node placement (None when it did not run)."""
     from nrisim import NRISimulator
     from plrm_runtime import FakeRuntime
 
@@ -171,11 +194,13 @@ async def _create_latency(tmp: str, loads: tuple[str, ...]) -> dict[str, list[fl
         await _populate(rt, 80, 4, 100)
         assert len(rt.containers) == 500
         by_load: dict[str, list[float]] = {}
+        node_cgroups = None
         for n, load in enumerate(loads):
-            context = {"quiet": contextlib.nullcontext, "cpu": cpu_load}.get(load)
-            with context() if context is not None else io_load(state):
+            with _load(load, state, plugin.proc.pid) as placement:
                 by_load[load] = await _create_samples(sim, rt, 1000 * (n + 1))
-        return by_load
+            if load == "cpu" and isinstance(placement, CpuLoadPlacement):
+                node_cgroups = placement.node_cgroups
+        return by_load, node_cgroups
     finally:
         plugin.kill()
         await sim.close()
@@ -215,13 +240,15 @@ async def _synchronize(tmp: str) -> tuple[float, float]:
 def run(loads: tuple[str, ...] = LOADS) -> dict[str, float]:
     """Measure and return the figures (milliseconds)."""
     with tempfile.TemporaryDirectory(prefix="nri-plrm-bench-") as tmp:
-        by_load = asyncio.run(_create_latency(tmp, loads))
+        by_load, node_cgroups = asyncio.run(_create_latency(tmp, loads))
         sync_ms, adopt_ms = asyncio.run(_synchronize(tmp))
     results: dict[str, float] = {}
     for load, samples in by_load.items():
-        suffix = "" if load == "quiet" else f"_{load}_load"
+        suffix = SUFFIXES[load]
         results[f"create_container_p50_ms_500live{suffix}"] = percentile(samples, 50) * 1000
         results[f"create_container_p99_ms_500live{suffix}"] = percentile(samples, 99) * 1000
+    if node_cgroups is not None:
+        results["cpu_load_node_cgroups"] = int(node_cgroups)
     results["synchronize_1000_ms"] = sync_ms * 1000
     results["synchronize_1000_adopt_ms"] = adopt_ms * 1000
     return results

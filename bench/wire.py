@@ -10,7 +10,12 @@ plugin); ``wire_requests_per_s_sequential`` is one request at a time (about 1 / 
 ``wire_cpu_per_roundtrip_us`` is the CPU time both processes spent per sequential round trip,
 a figure that, unlike the latencies, does not depend on what else the machine is running.
 ``wire_roundtrip_p50_us_cpu_load`` / ``..._p99_...``: sequential round trips while two busy
-processes keep the CPUs busy (``bench.load``, started and stopped by the benchmark).
+processes keep the CPUs busy (``bench.load``, started and stopped by the benchmark), placed as
+on a Kubernetes node: the busy processes in a pods cgroup, the simulator and the plugin in a
+system cgroup, with the weights of ``kubepods.slice`` and ``system.slice``
+(``cpu_load_node_cgroups`` is 1; 0 when that placement could not be made and every process
+shared one cgroup). ``..._cpu_load_one_cgroup``: the same with the busy processes beside the
+simulator and the plugin in one cgroup, the harsher case no node has.
 """
 
 from __future__ import annotations
@@ -94,12 +99,18 @@ async def _measure(socket_path: str) -> dict[str, float]:
         await asyncio.gather(*(worker(per_worker) for _ in range(CONCURRENCY)))
         concurrent = time.perf_counter() - start
 
-        loaded = []
-        with cpu_load():
+        async def loaded_round_trips() -> list[float]:
+            samples = []
             for _ in range(ROUND_TRIPS_CPU_LOAD):
                 t0 = time.perf_counter()
                 await sim.create_container(pod, ctr)
-                loaded.append(time.perf_counter() - t0)
+                samples.append(time.perf_counter() - t0)
+            return samples
+
+        with cpu_load(measured=[child.pid]) as placement:
+            loaded = await loaded_round_trips()
+        with cpu_load(measured=[child.pid], node_cgroups=False):
+            one_cgroup = await loaded_round_trips()
     finally:
         await sim.close()
         try:
@@ -115,6 +126,9 @@ async def _measure(socket_path: str) -> dict[str, float]:
         "wire_cpu_per_roundtrip_us": cpu / ROUND_TRIPS * 1e6,
         "wire_roundtrip_p50_us_cpu_load": percentile(loaded, 50) * 1e6,
         "wire_roundtrip_p99_us_cpu_load": percentile(loaded, 99) * 1e6,
+        "wire_roundtrip_p50_us_cpu_load_one_cgroup": percentile(one_cgroup, 50) * 1e6,
+        "wire_roundtrip_p99_us_cpu_load_one_cgroup": percentile(one_cgroup, 99) * 1e6,
+        "cpu_load_node_cgroups": int(placement.node_cgroups),
     }
 
 
