@@ -56,11 +56,16 @@ SUFFIXES = {
 CODE_ENV = "BENCH_PLUGIN_CODE"
 
 
+def _plugin_code() -> None:
+    """Import ``nri_plrm`` from ``$BENCH_PLUGIN_CODE`` when set (before any import of it)."""
+    code = os.environ.get(CODE_ENV)
+    if code and code not in sys.path:
+        sys.path.insert(0, code)
+
+
 def serve_plugin(socket_path: str, state_dir: str) -> None:
     """Run the plugin behind the stub until the runtime goes away (child process)."""
-    code = os.environ.get(CODE_ENV)
-    if code:
-        sys.path.insert(0, code)
+    _plugin_code()
     from nri_plrm.checkpoint.store import CheckpointStore
     from nri_plrm.config_file import parse_config
     from nri_plrm.engine.facade import Engine
@@ -110,6 +115,16 @@ def best_effort(i: int) -> object:
     from nri_plrm.engine.spec import ContainerSpec, PodSpec
 
     return PodSpec(uid=f"bench-be-{i}", name=f"bench-be-{i}", containers=(ContainerSpec("c"),))
+
+
+def serve_logged(socket_path: str, state_dir: str) -> None:
+    """:func:`serve_plugin`, logging as the daemon does at its default level (the parent
+    discards the lines)."""
+    _plugin_code()
+    from nri_plrm.daemon import setup_logging
+
+    setup_logging("info", "text")
+    serve_plugin(socket_path, state_dir)
 
 
 class PluginChild:
@@ -187,7 +202,7 @@ async def _create_latency(
     sock = os.path.join(tmp, "create.sock")
     state = os.path.join(tmp, "create-state")
     sim = await NRISimulator.start(sock, request_timeout=10.0)
-    plugin = PluginChild(sock, state)
+    plugin = PluginChild(sock, state, serve="serve_logged", quiet=True)
     try:
         await _connect(sim, plugin)
         rt = FakeRuntime(sim)
@@ -213,7 +228,7 @@ async def _synchronize(tmp: str) -> tuple[float, float]:
     sock = os.path.join(tmp, "sync.sock")
     state = os.path.join(tmp, "sync-state")
     sim = await NRISimulator.start(sock, request_timeout=10.0)
-    plugin = PluginChild(sock, state)
+    plugin = PluginChild(sock, state, serve="serve_logged", quiet=True)
     try:
         await _connect(sim, plugin)
         rt = FakeRuntime(sim)
@@ -226,7 +241,7 @@ async def _synchronize(tmp: str) -> tuple[float, float]:
                 os.unlink(os.path.join(state, "state.json"))
             sim.pods, sim.containers = rt.sync_lists()
             old = sim.session
-            plugin = PluginChild(sock, state)
+            plugin = PluginChild(sock, state, serve="serve_logged", quiet=True)
             await _connect(sim, plugin, old)
             sync = [r for r in sim.records if r.method == "Synchronize"][-1]
             figures.append(sync.seconds)

@@ -27,15 +27,6 @@ CONTAINERS = 5
 RUNS = 3
 
 
-def serve_cold(socket_path: str, state_dir: str) -> None:
-    """The plugin child, logging as the daemon does at its default level (to /dev/null)."""
-    from bench.plugin import serve_plugin
-    from nri_plrm.daemon import setup_logging
-
-    setup_logging("info", "text")
-    serve_plugin(socket_path, state_dir)
-
-
 class _Direct:
     """The runtime side of ``FakeRuntime`` calling an in-process plugin (no wire), to put the
     node in the state a previous life of the plugin left it in quickly."""
@@ -96,7 +87,7 @@ async def _cold(tmp: str, pods: list[Any], ctrs: list[Any]) -> list[float]:
         for run in range(RUNS):
             start = len(sim.records)
             state = os.path.join(tmp, f"state-{run}")
-            plugin = PluginChild(sock, state, "bench.synchronize", "serve_cold", quiet=True)
+            plugin = PluginChild(sock, state, serve="serve_logged", quiet=True)
             try:
                 old = await _connect(sim, plugin, old)
             finally:

@@ -44,6 +44,7 @@ from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.liveness import Liveness
+from nri_plrm.log_output import QueuedOutput
 from nri_plrm.metrics import Metrics, MetricsServer
 from nri_plrm.nri.stub import ENV_SOCKET, RuntimeUnreachable, Stub
 from nri_plrm.plugin import Plugin
@@ -101,21 +102,38 @@ def stderr_is_journal(environ: Mapping[str, str] | None = None) -> bool:
         return False
 
 
+_output: QueuedOutput | None = None
+
+
 def setup_logging(level: str, fmt: str) -> None:
-    """Configure the root logger: ``text`` or ``json``. Text lines carry a timestamp, except
-    under systemd where the journal stamps them."""
-    root = logging.getLogger()
-    handler = logging.StreamHandler(sys.stderr)
+    """Configure the root logger: ``text`` or ``json`` lines on stderr, written by a thread
+    (``log_output``). Text lines carry a timestamp, except under systemd where the journal
+    stamps them. Called again (SIGHUP), it changes the format and level of the same output."""
+    global _output
     if fmt == "json":
-        handler.setFormatter(JSONFormatter())
+        formatter: logging.Formatter = JSONFormatter()
     elif stderr_is_journal():
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        formatter = logging.Formatter(TEXT_FORMAT)
     else:
-        handler.setFormatter(logging.Formatter(TIMESTAMPED_TEXT_FORMAT, TIMESTAMP_FORMAT))
+        formatter = logging.Formatter(TIMESTAMPED_TEXT_FORMAT, TIMESTAMP_FORMAT)
+    root = logging.getLogger()
+    if _output is None or _output.writer.stream is not sys.stderr:
+        close_logging()
+        _output = QueuedOutput(sys.stderr)
+    _output.set_formatter(formatter)
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(handler)
+    root.addHandler(_output.handler)
     root.setLevel(level.upper())
+
+
+def close_logging() -> None:
+    """Write the log lines still queued and stop the writer (the daemon's last step)."""
+    global _output
+    if _output is not None:
+        logging.getLogger().removeHandler(_output.handler)
+        _output.close()
+        _output = None
 
 
 def build_plugin(
@@ -152,6 +170,13 @@ def build_plugin(
 async def run(config: Config, *, on_ready: Callable[[], Any] | None = None) -> int:
     """Run the plugin until SIGTERM/SIGINT; returns the process exit code."""
     setup_logging(config.log.level, config.log.format)
+    try:
+        return await _serve(config, on_ready)
+    finally:
+        close_logging()
+
+
+async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
     try:
         validate_for_host(config, nri_socket=ENV_SOCKET not in os.environ)
         topology = discover(config.topology.sysfs_root)

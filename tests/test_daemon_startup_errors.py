@@ -75,12 +75,14 @@ def _format_of_setup(monkeypatch: pytest.MonkeyPatch, stream: io.TextIOBase) -> 
     saved = list(root.handlers), root.level
     try:
         daemon.setup_logging("info", "text")
-        formatter = root.handlers[0].formatter
+        assert daemon._output is not None and root.handlers == [daemon._output.handler]
+        formatter = daemon._output.writer.formatter
         assert formatter is not None
         return formatter.format(
             logging.LogRecord("nri_plrm.x", logging.INFO, "", 0, "hi", (), None)
         )
     finally:
+        daemon.close_logging()
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
 

@@ -98,6 +98,7 @@ def test_decision_logs_reload_and_clean_stop(tmp_path: Path) -> None:
             rt = FakeRuntime(sim)
             pod = await rt.launch(spec)
             main_cpus = rt.applied(pod, "main-app").cpus
+            await wait_logged(log, "container=main-app")  # written by the log thread
             decisions = [r for r in log_records(log) if r.get("event") == "decision"]
             main = next(r for r in decisions if r.get("container") == "main-app")
             assert main["pod"] == "plrm-tutorial/pod-scope-mixed"
