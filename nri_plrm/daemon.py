@@ -44,7 +44,7 @@ from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.liveness import Liveness
-from nri_plrm.log_output import QueuedOutput
+from nri_plrm.log_output import BatchedOutput
 from nri_plrm.metrics import Metrics, MetricsServer
 from nri_plrm.nri.stub import ENV_SOCKET, RuntimeUnreachable, Stub
 from nri_plrm.plugin import Plugin
@@ -102,12 +102,12 @@ def stderr_is_journal(environ: Mapping[str, str] | None = None) -> bool:
         return False
 
 
-_output: QueuedOutput | None = None
+_output: BatchedOutput | None = None
 
 
 def setup_logging(level: str, fmt: str) -> None:
-    """Configure the root logger: ``text`` or ``json`` lines on stderr, written by a thread
-    (``log_output``). Text lines carry a timestamp, except under systemd where the journal
+    """Configure the root logger: ``text`` or ``json`` lines on stderr, written in batches by a
+    thread (``log_output``). Text lines carry a timestamp, except under systemd where the journal
     stamps them. Called again (SIGHUP), it changes the format and level of the same output."""
     global _output
     if fmt == "json":
@@ -117,13 +117,13 @@ def setup_logging(level: str, fmt: str) -> None:
     else:
         formatter = logging.Formatter(TIMESTAMPED_TEXT_FORMAT, TIMESTAMP_FORMAT)
     root = logging.getLogger()
-    if _output is None or _output.writer.stream is not sys.stderr:
+    if _output is None or _output.stream is not sys.stderr:
         close_logging()
-        _output = QueuedOutput(sys.stderr)
-    _output.set_formatter(formatter)
+        _output = BatchedOutput(sys.stderr)
+    _output.setFormatter(formatter)
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(_output.handler)
+    root.addHandler(_output)
     root.setLevel(level.upper())
 
 
@@ -131,7 +131,7 @@ def close_logging() -> None:
     """Write the log lines still queued and stop the writer (the daemon's last step)."""
     global _output
     if _output is not None:
-        logging.getLogger().removeHandler(_output.handler)
+        logging.getLogger().removeHandler(_output)
         _output.close()
         _output = None
 

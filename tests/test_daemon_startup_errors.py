@@ -75,8 +75,8 @@ def _format_of_setup(monkeypatch: pytest.MonkeyPatch, stream: io.TextIOBase) -> 
     saved = list(root.handlers), root.level
     try:
         daemon.setup_logging("info", "text")
-        assert daemon._output is not None and root.handlers == [daemon._output.handler]
-        formatter = daemon._output.writer.formatter
+        assert daemon._output is not None and root.handlers == [daemon._output]
+        formatter = daemon._output.formatter
         assert formatter is not None
         return formatter.format(
             logging.LogRecord("nri_plrm.x", logging.INFO, "", 0, "hi", (), None)
