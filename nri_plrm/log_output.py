@@ -4,10 +4,12 @@ A log line written to stderr straight from a request handler blocks that request
 reader falls behind: systemd-journald while it flushes to disk during an image-pull storm, a
 container runtime's log pipe (64 KiB) when its reader stalls. :class:`BatchedOutput` formats the
 line on the caller's thread (as any handler does) and appends it to a bounded buffer; a thread
-writes the buffer every ``FLUSH_INTERVAL`` (at once when it fills up), so a request pays no
-system call and no thread hand-off for its log lines. When the buffer is full the line is
-dropped and counted, and the writer reports how many were lost: the plugin never waits for its
-log reader.
+writes the buffer every ``FLUSH_INTERVAL``, so a request pays no system call and no thread
+hand-off for its decision lines. A warning or an error wakes the writer at once (they are rare
+and should survive a crash right after them); so does a buffer filling up. When the buffer is
+full the line is dropped and counted, and the writer reports how many were lost: the plugin
+never waits for its log reader. A SIGKILL loses at most the last ``FLUSH_INTERVAL`` of
+info and debug lines.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ BUFFER_LINES = 10_000
 """Lines waiting for the writer before new ones are dropped."""
 WAKE_LINES = 1_000
 """Lines that wake the writer before its interval ends."""
-FLUSH_INTERVAL = 0.1
-"""Seconds between two writes of the buffered lines (the longest a line waits)."""
+FLUSH_INTERVAL = 0.05
+"""Seconds between two writes of the buffered lines (the longest an info line waits)."""
 CLOSE_TIMEOUT = 2.0
 """Seconds :meth:`BatchedOutput.close` waits for the buffered lines to be written."""
 
@@ -29,10 +31,13 @@ CLOSE_TIMEOUT = 2.0
 class BatchedOutput(logging.Handler):
     """A handler whose lines a thread writes to ``stream`` (see the module docstring)."""
 
-    def __init__(self, stream: TextIO, capacity: int = BUFFER_LINES) -> None:
+    def __init__(
+        self, stream: TextIO, capacity: int = BUFFER_LINES, interval: float = FLUSH_INTERVAL
+    ) -> None:
         super().__init__()
         self.stream = stream
         self.capacity = capacity
+        self.interval = interval
         self._lines: list[str] = []
         self._dropped = 0
         self._guard = threading.Lock()
@@ -52,8 +57,8 @@ class BatchedOutput(logging.Handler):
                 self._dropped += 1
                 return
             self._lines.append(line)
-            full = len(self._lines) >= WAKE_LINES
-        if full:
+            urgent = len(self._lines) >= WAKE_LINES or record.levelno >= logging.WARNING
+        if urgent:
             self._wake.set()
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
@@ -65,7 +70,7 @@ class BatchedOutput(logging.Handler):
 
     def _write_loop(self) -> None:
         while True:
-            self._wake.wait(FLUSH_INTERVAL)
+            self._wake.wait(self.interval)
             self._wake.clear()
             closing = self._closing
             with self._guard:

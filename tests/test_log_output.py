@@ -92,3 +92,18 @@ def test_a_stalled_reader_never_blocks_the_caller_and_the_loss_is_reported() -> 
         "950 log lines dropped: the log output did not keep up (50 lines were waiting)"
     )
     assert pipe.lines.index(report) > pipe.lines.index("line 49")
+
+
+def test_a_warning_is_written_at_once() -> None:
+    stream = io.StringIO()
+    output = BatchedOutput(stream, interval=60)
+    output.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    output.handle(record("info first"))
+    warning = record("careful")
+    warning.levelno, warning.levelname = logging.WARNING, "WARNING"
+    output.handle(warning)
+    deadline = time.monotonic() + 30
+    while "careful" not in stream.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert stream.getvalue() == "INFO info first\nWARNING careful\n"
+    output.close()

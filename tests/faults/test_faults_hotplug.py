@@ -285,3 +285,48 @@ def test_reassert_sends_every_container_and_skips_one_with_no_cpu_left() -> None
     }
     assert len(by_key) == len(ids) - 1
     assert (count, failed) == (len(updates), 1)
+
+
+def test_a_slow_rescan_never_applies_what_it_read_after_a_newer_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start-up rescan reads the tree while a CPU goes offline and its event arrives: the
+    event's rescan must read after it and win (it used to finish first and be overwritten by
+    the stale start-up view, re-asserting an offline CPU)."""
+    import threading
+
+    from nri_plrm.topology.hotplug import monitor as monitor_module
+    from nri_plrm.topology.sysfs import discover
+
+    root = tmp_path / "sys"
+    write_sysfs(MACHINE, str(root))
+    plugin = populated()
+    first_read = threading.Event()
+    release_first = threading.Event()
+
+    def slow_first_discover(sysfs_root: str) -> object:
+        found = discover(sysfs_root)
+        if not first_read.is_set():
+            first_read.set()
+            release_first.wait(10)
+        return found
+
+    monkeypatch.setattr(monitor_module, "discover", slow_first_discover)
+    monitor = HotplugMonitor(plugin.ledger.pods, MACHINE, str(root))
+    main = plugin.ledger.engine.assignment("hp-1", "main")
+    assert main is not None
+    victim = min(main.cpus)
+
+    async def flow() -> None:
+        start = asyncio.create_task(monitor.rescan())
+        await asyncio.to_thread(first_read.wait, 10)
+        set_online(root, MACHINE.all_cpus - CPUSet([victim]))
+        event = asyncio.create_task(monitor.handle(cpu_event(HotplugAction.OFFLINE, victim)))
+        await asyncio.sleep(0.2)
+        release_first.set()
+        await start
+        await event
+
+    asyncio.run(flow())
+    assert monitor.online == MACHINE.all_cpus - CPUSet([victim])
+    assert victim not in monitor.online

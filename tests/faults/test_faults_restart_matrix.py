@@ -90,6 +90,16 @@ class Node:
             f.seek(offset)
             return f.read().decode(errors="replace").splitlines()
 
+    async def logged_since(self, offset: int, text: str, timeout: float = 10) -> list[str]:
+        """The log lines after ``offset`` once one contains ``text`` (a thread writes them)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            lines = self.log_since(offset)
+            if any(text in line for line in lines):
+                return lines
+            assert asyncio.get_running_loop().time() < deadline, f"{text!r} not logged"
+            await asyncio.sleep(0.02)
+
     async def restart(self) -> api.SynchronizeResponse:
         """Start the daemon again with what the runtime has; apply the Synchronize reply."""
         self.sim.pods, self.sim.containers = self.rt.sync_lists()
@@ -236,7 +246,7 @@ async def one_cell(n: Node, fault: str, change: str, cell: str) -> None:
         assert cpus and cpus != ALL, f"container {cid} runs on {cpus or 'every cpu'}"
     if fault != "sigkill" and change == "nothing":
         assert list(reply.update) == [], "nothing changed: nothing to correct"
-    lines = n.log_since(offset)
+    lines = await n.logged_since(offset, "plugin: synchronized ")
     corrections = [line for line in lines if " reconcile pod=" in line and " -> " in line]
     assert len(corrections) == len(reply.update), "\n".join(lines)
     summary = [line for line in lines if "plugin: synchronized " in line]
@@ -245,4 +255,4 @@ async def one_cell(n: Node, fault: str, change: str, cell: str) -> None:
         assert any("cannot get its allocation" in line for line in lines), "\n".join(lines)
     if fault == "dir-deleted":
         assert stat.S_IMODE(os.stat(n.state).st_mode) == 0o700
-        assert any("recreating it" in line for line in n.log_since(0))
+        await n.logged_since(0, "recreating it")

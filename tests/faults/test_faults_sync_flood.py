@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cpu_pods import make_pod
+from daemon_process import wait_logged
 from fault_daemon import ForkedDaemon, prepare
 from nrisim import NRISimulator
 from nrisim.sim import PluginSession
@@ -113,7 +114,7 @@ def test_flooded_synchronize_is_refused_closed_and_the_plugin_comes_back(
                 assert number <= SYNC_MAX_BYTES // len(sim.page) + 1
             # each refused connection was closed by the plugin, which reconnected
             assert sim.sessions == 2 + FLOODS
-            assert "closing the connection" in daemon.log.read_text()
+            await wait_logged(daemon.log, "closing the connection")
             # and the plugin serves the runtime on the connection after the floods
             runtime = FakeRuntime(sim)
             pod = await runtime.launch(make_pod("after-flood", "pinned", "2", "2"))

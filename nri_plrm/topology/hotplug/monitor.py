@@ -143,6 +143,9 @@ class HotplugMonitor:
         self._metrics = metrics
         self._returned = CPUSet()
         """CPUs back online whose give-back to the cgroup v1 hierarchy has not succeeded yet."""
+        self._rescanning = asyncio.Lock()
+        """One rescan at a time: a slow one (the start-up rescan) must not apply what it read
+        after a later one applied the newer state."""
 
     def register(self, registry: CollectorRegistry) -> None:
         """Export the module's gauges on ``registry`` (once hotplug events can be received)."""
@@ -203,18 +206,19 @@ class HotplugMonitor:
 
     async def rescan(self, why: str = "start") -> HotplugReport | None:
         """Rediscover the machine (in a worker thread) and apply the rule; None when the tree
-        cannot be read (logged with ``why``; the previous view of online CPUs is kept)."""
-        loop = asyncio.get_running_loop()
-        try:
-            fresh = await loop.run_in_executor(None, discover, self.sysfs_root)
-        except TopologyError as exc:
-            log.error("hotplug: cannot rediscover %s after %s: %s", self.sysfs_root, why, exc)
-            return None
-        before = self.online
-        report = self.update(fresh.all_cpus)
-        if self.online != before or self._returned:
-            await self.repair(before)
-        return report
+        cannot be read (logged with ``why``; the previous view of online CPUs is kept).
+        Rescans run one after another, each reading the tree after the previous one applied."""
+        async with self._rescanning:
+            try:
+                fresh = await asyncio.to_thread(discover, self.sysfs_root)
+            except TopologyError as exc:
+                log.error("hotplug: cannot rediscover %s after %s: %s", self.sysfs_root, why, exc)
+                return None
+            before = self.online
+            report = self.update(fresh.all_cpus)
+            if self.online != before or self._returned:
+                await self.repair(before)
+            return report
 
     async def repair(self, before: CPUSet) -> None:
         """Make the node whole after the online CPUs changed from ``before``: on cgroup v1 give
