@@ -35,6 +35,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench.common import main, percentile
@@ -161,10 +162,20 @@ async def _populate(rt: object, n_pod_level: int, shared: int, n_best_effort: in
         await rt.launch(best_effort(i))  # type: ignore[attr-defined]
 
 
+CONNECT_TIMEOUT = 60.0
+
+
 async def _connect(sim: object, proc: PluginChild, old: object = None) -> object:
+    """Wait for the plugin child's new session and its registration; raises RuntimeError when
+    the child exits or does not connect within ``CONNECT_TIMEOUT`` seconds."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT
     while sim.session is old:  # type: ignore[attr-defined]
+        if proc.proc.poll() is not None:
+            raise RuntimeError(f"plugin child exited with {proc.proc.returncode} before connecting")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"plugin child not connected after {CONNECT_TIMEOUT:g} s")
         await asyncio.sleep(0.01)
-    return await sim.wait_registered(timeout=60)  # type: ignore[attr-defined]
+    return await sim.wait_registered(timeout=CONNECT_TIMEOUT)  # type: ignore[attr-defined]
 
 
 async def _create_samples(sim: object, rt: object, first: int) -> list[float]:
