@@ -15,7 +15,7 @@ import json
 import os
 import stat
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,15 +121,16 @@ class DecisionJournal:
             return "left in place"
         return f"kept as {self.directory / move_aside(dfd, JOURNAL_FILE)}"
 
-    def reset(self, generation: int) -> None:
-        """Replace the journal with an empty one for checkpoint ``generation`` (atomically; the
-        flusher makes the new file and its name durable in the background)."""
+    def reset(self, generation: int, records: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Replace the journal with one for checkpoint ``generation`` holding ``records`` (the
+        decisions made after that checkpoint's state was taken), atomically; the flusher makes
+        the new file and its name durable in the background."""
         self._release(sync=False)  # the old file is replaced: its pending sync is moot
-        header = self.encode({"generation": generation})
+        contents = b"".join([self.encode({"generation": generation}), *map(self.encode, records)])
         try:
             dfd = open_dir(self.directory, 0o700)
             try:
-                write_at(dfd, JOURNAL_FILE, header, 0o600, flusher=self._flusher)
+                write_at(dfd, JOURNAL_FILE, contents, 0o600, flusher=self._flusher)
                 flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
                 self._fd = os.open(JOURNAL_FILE, flags, dir_fd=dfd)
                 label = str(self.path)
@@ -139,8 +140,8 @@ class DecisionJournal:
         except OSError as exc:
             self.broken = f"reset failed: {exc}"
             raise JournalError(f"journal {self.path}: {self.broken}") from exc
-        self.size = len(header)
-        self.count = 0
+        self.size = len(contents)
+        self.count = len(records)
         self.broken = None
 
     def append(self, record: Mapping[str, Any]) -> int:

@@ -78,6 +78,7 @@ class NodeLedger:
             kubelet_state_path=kubelet_state_path,
             observer=observer,
             logger=self.log,
+            holding=lambda: self._batch,
         )
 
     # ----------------------------------------------------------------- lookups
@@ -119,13 +120,13 @@ class NodeLedger:
         tables = Tables.restore(tables_data, engine)
         self._state = Transitions(engine, tables)
         self.persistence.generation = int(tables_data.get("generation", 0))
-        self.persistence.base = dict(data)
+        self.persistence.set_base(dict(data))
         self.persistence.records = []
         self._read_model.rebuild(engine, tables)
 
     def _reset(self) -> None:
         self._state = Transitions(Engine(self.engine.topology, self.engine.config))
-        self.persistence.base = None
+        self.persistence.set_base(None)
         self.persistence.records = []
         self._read_model.rebuild(self.engine, self.tables)
 
@@ -175,27 +176,29 @@ class NodeLedger:
 
     def replay_journal(self, generation: int | None, records: Sequence[Op]) -> None:
         """Replay journal ``records`` over the loaded checkpoint when the journal belongs to
-        its generation (a journal of another generation is stale and ignored)."""
+        its generation, or to the one it folded (from the first record it does not hold); a
+        journal of another generation is stale and ignored."""
         if generation is None:
             return
         p = self.persistence
-        if generation == p.generation and (p.base is not None or generation == 0):
-            for n, op in enumerate(records, 1):
-                try:
-                    self._state.replay(op)
-                except (AdmissionError, AttributeError, KeyError, TypeError, ValueError) as exc:
-                    problem = f"journal record {n} ({op.get('op')!r}) not replayed: {exc}"
-                    p.unusable("journal", problem)
-                    break
-                p.records.append(op)
-            self._state.changed_pods.clear()
-            self._read_model.rebuild(self.engine, self.tables)
-        else:
+        start = p.journal_start(generation)
+        if start is None:
             self.log.warning(
                 "journal for checkpoint generation %d, the checkpoint is %d: ignored",
                 generation,
                 p.generation,
             )
+            return
+        for n, op in enumerate(records[start:], start + 1):
+            try:
+                self._state.replay(op)
+            except (AdmissionError, AttributeError, KeyError, TypeError, ValueError) as exc:
+                problem = f"journal record {n} ({op.get('op')!r}) not replayed: {exc}"
+                p.unusable("journal", problem)
+                break
+            p.records.append(op)
+        self._state.changed_pods.clear()
+        self._read_model.rebuild(self.engine, self.tables)
 
     def _load_checkpoint(self) -> str | None:
         store = self.persistence.store
@@ -414,8 +417,9 @@ class NodeLedger:
     def _revert(self) -> None:
         """Back to the last durable state: the checkpoint plus the journaled records."""
         records = self.persistence.records
-        if self.persistence.base is not None:
-            self.restore(self.persistence.base)
+        base = self.persistence.base()
+        if base is not None:
+            self.restore(base)
         else:
             self._reset()
         for op in records:

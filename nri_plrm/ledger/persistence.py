@@ -5,14 +5,24 @@ Each decision is one journal append (one small write; a background thread syncs 
 waits for the disk, see docs/design.md §4); the journal is
 folded into a new checkpoint generation once it grows, after a burst once the plugin is idle,
 and after every Synchronize (see docs/design.md, "Durability").
+
+The folds the timers start run beside the requests: the state is taken in one event-loop step,
+checked and encoded in short steps, and written by a worker thread, while decisions go on into
+the old journal. The new checkpoint names how many of that journal's records it holds
+(``FOLDED``), so a death before the journal is replaced loses nothing: the records after them
+are replayed over it. Then, in one step, the journal is replaced by one that holds those later
+records.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -23,7 +33,13 @@ from nri_plrm.checkpoint.kubelet import (
     memory_state_from_manager,
     write_kubelet_state,
 )
-from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
+from nri_plrm.checkpoint.store import (
+    CheckpointError,
+    CheckpointStore,
+    KeyScan,
+    canonical_json,
+    canonical_json_pieces,
+)
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger.observer import LedgerObserver
 from nri_plrm.ledger.transitions import Op
@@ -40,6 +56,13 @@ IDLE_COMPACT_FACTOR = 10
 ``FACTOR`` times the last compaction's duration (between MIN and MAX seconds): the checkpoint
 file stays current for readers of ``state.json`` while compaction takes at most about a tenth
 of the event loop's time."""
+KEY_SCAN_STEP = 4000
+"""Values of the state a fold checks for non-string keys per event-loop step."""
+FOLD_STEP = 0.0005
+"""Seconds a fold encodes the state for before it lets the event loop run."""
+FOLDED = "journal"
+"""Key of a folded checkpoint's ``data`` naming the journal it continues:
+``{"generation": g, "records": n}`` (it holds the first n records of generation g's journal)."""
 EXPORT_DELAY = 0.05
 """Seconds after a change before the kubelet-format files are rewritten (coalesces bursts);
 at least ten times the last export's duration, so exports take at most a tenth of the loop."""
@@ -49,7 +72,9 @@ Snapshot = Callable[[int], dict[str, Any]]
 
 
 class Persistence:
-    """Writes the ledger's state: ``snapshot`` gives it, ``store`` (optional) keeps it."""
+    """Writes the ledger's state: ``snapshot`` gives it, ``store`` (optional) keeps it;
+    ``holding`` is True while decisions are held back from the journal (a batch, which ends
+    with a full checkpoint): no fold starts or ends then."""
 
     def __init__(
         self,
@@ -59,6 +84,7 @@ class Persistence:
         kubelet_state_path: str | None,
         observer: LedgerObserver | None,
         logger: logging.Logger,
+        holding: Callable[[], bool] = lambda: False,
     ) -> None:
         self._snapshot = snapshot
         self.store = store
@@ -70,15 +96,21 @@ class Persistence:
         self.observer = observer
         self.log = logger
         self.generation = 0
-        self.base: dict[str, Any] | None = None
-        """The checkpoint ``data`` the journal continues (None: nothing durable yet)."""
+        self._base: bytes | None = None
+        self._folded: object = None
         self.records: list[Op] = []
-        """The decisions made since ``base``, in order."""
+        """The decisions made since the checkpoint (:meth:`base`), in order."""
         self._compact_handle: asyncio.TimerHandle | None = None
         self._compact_urgent = False
         self._last_compaction = 0.0
         self._export_handle: asyncio.TimerHandle | None = None
         self._last_export = 0.0
+        self._holding = holding
+        self._fold: asyncio.Task[None] | None = None
+        self._writer: ThreadPoolExecutor | None = None
+        self._write_lock = threading.Lock()
+        self._claimed = 0
+        self._written = 0
 
     def save(self, op: Op) -> None:
         """Make ``op`` durable: append it to the journal or, when the journal is not usable
@@ -113,7 +145,8 @@ class Persistence:
         return True
 
     def compact(self) -> None:
-        """Write the full state as a new checkpoint generation and start an empty journal.
+        """Write the full state as a new checkpoint generation and start an empty journal, at
+        once (a fold in progress is superseded).
 
         Raises ``CheckpointError`` when the checkpoint cannot be written (nothing changes then);
         a journal that cannot be restarted refuses appends until the next compaction.
@@ -123,22 +156,77 @@ class Persistence:
         if self._compact_handle is not None:
             self._compact_handle.cancel()
             self._compact_handle = None
-        generation = self.generation + 1
+        generation = self._claim()
         data = self._snapshot(generation)
         self._state_dir_lost()
         start = time.perf_counter()
         with self._counted_write():
-            self.store.save(data)
+            body = self.store.encode(data)
+            self._write(body, generation)
         if self.state_dir is not None:
             self.state_dir.remember()
         self._last_compaction = time.perf_counter() - start
+        self._adopt(generation, data, body, [])
+
+    def _claim(self) -> int:
+        """A generation number above every one in use or being written."""
+        self._claimed = max(self._claimed, self.generation) + 1
+        return self._claimed
+
+    def _write(self, body: bytes, generation: int) -> bool:
+        """Write checkpoint ``generation`` unless a newer one was written meanwhile (any thread;
+        one write at a time). Raises ``CheckpointError``."""
+        assert self.store is not None
+        with self._write_lock:
+            if generation <= self._written:
+                return False
+            self.store.write(body)
+            self._written = generation
+            return True
+
+    def _adopt(self, generation: int, data: dict[str, Any], body: bytes, carried: list[Op]) -> None:
+        """Checkpoint ``generation`` holding ``data`` (encoded: ``body``) is written: the
+        journal starts over with the ``carried`` decisions, made after ``data`` was taken."""
+        assert self.journal is not None
         self.generation = generation
-        self.base = data
-        self.records = []
+        self.set_base(data, body)
+        self.records = carried
         try:
-            self.journal.reset(generation)
+            self.journal.reset(generation, carried)
         except JournalError as exc:
             self.log.error("decisions will fail until the journal can be restarted: %s", exc)
+
+    def set_base(self, data: dict[str, Any] | None, body: bytes | None = None) -> None:
+        """The checkpoint ``data`` the journal continues (None: nothing durable yet). It is kept
+        encoded (``body``, when the caller has it): one object for the garbage collector to
+        skip, not a copy of the whole state to walk."""
+        if data is None:
+            self._base, self._folded = None, None
+            return
+        self._base = canonical_json(data) if body is None else body
+        self._folded = data.get(FOLDED)
+
+    def base(self) -> dict[str, Any] | None:
+        """The checkpoint data the journal continues, decoded (None: nothing durable yet)."""
+        return None if self._base is None else cast(dict[str, Any], json.loads(self._base))
+
+    @property
+    def has_base(self) -> bool:
+        """True once a checkpoint was loaded or written."""
+        return self._base is not None
+
+    def journal_start(self, generation: int) -> int | None:
+        """Where the replay of the journal of ``generation`` starts over the loaded checkpoint:
+        0 for the checkpoint's own journal, the records it folded for the journal it continues
+        (a fold that had not replaced that journal yet), None for a stale journal."""
+        if generation == self.generation and (self._base is not None or generation == 0):
+            return 0
+        folded = self._folded
+        if isinstance(folded, dict) and folded.get("generation") == generation:
+            count = folded.get("records")
+            if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+                return count
+        return None
 
     def mark_broken(self, why: str) -> None:
         """A release was not written: the next write is a full checkpoint that includes it."""
@@ -155,7 +243,7 @@ class Persistence:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             if full or journal.broken:
-                self._compact_in_background()
+                self._compact_logged()
             return
         urgent = full or journal.broken is not None
         if self._compact_handle is not None:
@@ -171,11 +259,81 @@ class Persistence:
         self._compact_handle = loop.call_later(delay, self._compact_in_background)
 
     def _compact_in_background(self) -> None:
+        """Timer: start a fold beside the requests (one at a time; none inside a batch, which
+        ends with a full checkpoint)."""
         self._compact_handle = None
+        if self._fold is not None or self._holding():
+            return
+        self._fold = asyncio.get_running_loop().create_task(self._fold_journal())
+
+    def _compact_logged(self) -> None:
         try:
             self.compact()
         except CheckpointError as exc:
             self.log.error("checkpoint compaction failed, journal keeps growing: %s", exc)
+
+    async def _fold_journal(self) -> None:
+        """Fold the journal into a new checkpoint without holding the event loop for more than
+        one step of the work (see the module docs)."""
+        try:
+            written = await self._write_fold()
+        except CheckpointError as exc:
+            self.log.error("checkpoint compaction failed, journal keeps growing: %s", exc)
+            written = None
+        finally:
+            self._fold = None
+        journal = self.journal
+        if written is None or journal is None:
+            return
+        generation, data, body, folded, based_on = written
+        if (
+            self.generation != based_on  # a full checkpoint was written meanwhile
+            or len(self.records) < folded
+            or not journal.is_open
+            or self._holding()
+        ):
+            return
+        self._adopt(generation, data, body, self.records[folded:])
+        if self.records:  # decisions came meanwhile: fold them too, when full or idle
+            self.schedule_compaction()
+
+    async def _write_fold(self) -> tuple[int, dict[str, Any], bytes, int, int] | None:
+        """Take, check, encode and write the state; returns (generation, data, its encoding,
+        records folded, generation folded) once written, None when a newer checkpoint won."""
+        assert self.store is not None
+        start = time.perf_counter()
+        based_on, folded = self.generation, len(self.records)
+        generation = self._claim()
+        data = self._snapshot(generation)
+        data[FOLDED] = {"generation": based_on, "records": folded}
+        scan = KeyScan(data)
+        bad = None
+        while bad is None:
+            await asyncio.sleep(0)
+            bad = scan.run(KEY_SCAN_STEP)
+        if bad:
+            self.store.encode(data)  # raises, naming the key
+        pieces = []
+        try:
+            await asyncio.sleep(0)
+            ends = time.perf_counter() + FOLD_STEP
+            for piece in canonical_json_pieces(data):
+                pieces.append(piece)
+                if time.perf_counter() > ends:
+                    await asyncio.sleep(0)
+                    ends = time.perf_counter() + FOLD_STEP
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"checkpoint {self.store.path}: data is not JSON-able: {exc}"
+            ) from exc
+        body = b"".join(pieces)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="nri-plrm-checkpoint")
+        loop = asyncio.get_running_loop()
+        with self._counted_write():
+            written = await loop.run_in_executor(self._writer, self._write, body, generation)
+        self._last_compaction = time.perf_counter() - start
+        return (generation, data, body, folded, based_on) if written else None
 
     def schedule_export(self, engine: Engine) -> None:
         """Rewrite the kubelet-format files soon (at once outside an event loop)."""
@@ -220,12 +378,17 @@ class Persistence:
 
     def close(self) -> None:
         """Fold the journal into a checkpoint and close it (clean shutdown)."""
+        if self._fold is not None and not self._fold.get_loop().is_closed():
+            self._fold.cancel()
         try:
             self.compact()
         except CheckpointError as exc:
             self.log.error("final checkpoint failed; the journal keeps the decisions: %s", exc)
         if self.journal is not None:
             self.journal.close()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
 
     @contextmanager
     def _counted_write(self) -> Iterator[None]:

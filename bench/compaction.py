@@ -1,0 +1,99 @@
+"""Compaction with 500 live containers: how long it holds the plugin's event loop.
+
+Figures:
+- ``compaction_blocking_ms_500live``: a full checkpoint written at once (start-up, the end of
+  a Synchronize, shutdown, a broken journal): the event loop is held for all of it.
+- ``compaction_fold_longest_step_ms_500live``: the longest event-loop step of a fold, the
+  compaction the plugin runs beside the requests when the journal is full or the plugin idle
+  (taking the state is one step; checking, encoding and the journal's restart are short ones;
+  the file is written by a worker thread). A request arriving during a fold waits at most
+  about this long for it.
+- ``compaction_fold_ms_500live``: a fold from start to end (the requests go on meanwhile).
+
+The plugin runs in this process on the 256-CPU machine of ``bench.plugin``, with its state
+directory in a temporary directory; medians of ``ROUNDS`` (for the step, of each fold's
+longest). The
+garbage collector is held off while a fold is measured: a full collection can fall in any step
+of the process (a request's too) and is not the fold's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import tempfile
+import time
+
+from bench.common import main, percentile
+from bench.plugin import CONFIG, SPEC_256, best_effort, pod_level
+from nri_plrm.checkpoint.store import CheckpointStore
+from nri_plrm.config_file import parse_config
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import PodSpec
+from nri_plrm.ledger import NodeLedger
+from nri_plrm.plugin import Plugin
+from nri_plrm.topology.synthetic import synthetic_topology
+from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
+
+ROUNDS = 20
+
+
+async def _start(plugin: Plugin, spec: PodSpec) -> None:
+    sandbox = nri_pod_sandbox(spec)
+    await plugin.run_pod_sandbox(sandbox)
+    for ctr in creation_order(spec):
+        await plugin.create_container(sandbox, nri_container(spec, ctr))
+
+
+async def _fold(plugin: Plugin) -> tuple[float, float]:
+    """One fold: (its duration, the longest loop step it took), in seconds."""
+    persistence = plugin.ledger.persistence
+    steps: list[float] = []
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        persistence._compact_in_background()
+        while persistence._fold is not None:
+            before = time.perf_counter()
+            await asyncio.sleep(0)
+            steps.append(time.perf_counter() - before)
+        took = time.perf_counter() - start
+    finally:
+        gc.enable()
+    return took, max(steps)
+
+
+async def _measure(state_dir: str) -> dict[str, float]:
+    engine = Engine(synthetic_topology(SPEC_256), parse_config(CONFIG).engine_config())
+    plugin = Plugin(NodeLedger(engine, store=CheckpointStore(state_dir)))
+    plugin.ledger.open()
+    for i in range(80):
+        await _start(plugin, pod_level(i, 4))
+    for i in range(100):
+        await _start(plugin, best_effort(i))
+    assert len(plugin.ledger.tables.ids) == 500
+    blocking, folds, steps = [], [], []
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        plugin.ledger.compact()
+        blocking.append(time.perf_counter() - start)
+        took, step = await _fold(plugin)
+        folds.append(took)
+        steps.append(step)
+    plugin.ledger.close()
+    return {
+        "compaction_blocking_ms_500live": percentile(blocking, 50) * 1000,
+        "compaction_fold_longest_step_ms_500live": percentile(steps, 50) * 1000,
+        "compaction_fold_ms_500live": percentile(folds, 50) * 1000,
+    }
+
+
+def run() -> dict[str, float]:
+    """Measure and return the figures (milliseconds)."""
+    with tempfile.TemporaryDirectory(prefix="nri-plrm-bench-") as tmp:
+        return asyncio.run(_measure(tmp))
+
+
+if __name__ == "__main__":
+    main(run)
