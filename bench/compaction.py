@@ -53,8 +53,9 @@ async def _fold(plugin: Plugin) -> tuple[float, float]:
     gc.disable()
     try:
         start = time.perf_counter()
-        persistence._compact_in_background()
-        while persistence._fold is not None:
+        fold = persistence.start_fold()
+        assert fold is not None
+        while not fold.done():
             before = time.perf_counter()
             await asyncio.sleep(0)
             steps.append(time.perf_counter() - before)

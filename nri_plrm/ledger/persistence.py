@@ -56,6 +56,8 @@ IDLE_COMPACT_FACTOR = 10
 ``FACTOR`` times the last compaction's duration (between MIN and MAX seconds): the checkpoint
 file stays current for readers of ``state.json`` while compaction takes at most about a tenth
 of the event loop's time."""
+IDLE_SLACK = 0.001
+"""Seconds early an idle timer may fire and still count as on time."""
 KEY_SCAN_STEP = 4000
 """Values of the state a fold checks for non-string keys per event-loop step."""
 FOLD_STEP = 0.0005
@@ -102,6 +104,7 @@ class Persistence:
         """The decisions made since the checkpoint (:meth:`base`), in order."""
         self._compact_handle: asyncio.TimerHandle | None = None
         self._compact_urgent = False
+        self._idle_at = 0.0
         self._last_compaction = 0.0
         self._export_handle: asyncio.TimerHandle | None = None
         self._last_export = 0.0
@@ -246,25 +249,39 @@ class Persistence:
                 self._compact_logged()
             return
         urgent = full or journal.broken is not None
-        if self._compact_handle is not None:
+        handle = self._compact_handle
+        if not urgent:
+            idle = self._last_compaction * IDLE_COMPACT_FACTOR
+            self._idle_at = loop.time() + min(IDLE_COMPACT_MAX, max(IDLE_COMPACT_MIN, idle))
+            if handle is None:  # else the armed timer waits on until then (see its callback)
+                self._compact_urgent = False
+                self._compact_handle = loop.call_at(self._idle_at, self._compact_in_background)
+            return
+        if handle is not None:
             if self._compact_urgent:
                 return
-            self._compact_handle.cancel()
-        if urgent:
-            delay = COMPACT_DELAY
-        else:
-            idle = self._last_compaction * IDLE_COMPACT_FACTOR
-            delay = min(IDLE_COMPACT_MAX, max(IDLE_COMPACT_MIN, idle))
-        self._compact_urgent = urgent
-        self._compact_handle = loop.call_later(delay, self._compact_in_background)
+            handle.cancel()
+        self._compact_urgent = True
+        self._compact_handle = loop.call_later(COMPACT_DELAY, self._compact_in_background)
 
     def _compact_in_background(self) -> None:
-        """Timer: start a fold beside the requests (one at a time; none inside a batch, which
-        ends with a full checkpoint)."""
+        """Timer: fold once the journal is full or broken, or the plugin idle."""
         self._compact_handle = None
-        if self._fold is not None or self._holding():
+        loop = asyncio.get_running_loop()
+        if not self._compact_urgent and loop.time() + IDLE_SLACK < self._idle_at:
+            # decisions came since it was armed: idle is counted from the last one
+            self._compact_handle = loop.call_at(self._idle_at, self._compact_in_background)
             return
+        self.start_fold()
+
+    def start_fold(self) -> asyncio.Task[None] | None:
+        """Start folding the journal into a checkpoint beside the requests (in the running
+        event loop); its task, or None when a fold is running already or a batch is open (it
+        ends with a full checkpoint)."""
+        if self._fold is not None or self._holding():
+            return None
         self._fold = asyncio.get_running_loop().create_task(self._fold_journal())
+        return self._fold
 
     def _compact_logged(self) -> None:
         try:

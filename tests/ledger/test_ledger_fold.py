@@ -22,7 +22,7 @@ from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.ledger.persistence import FOLDED
+from nri_plrm.ledger.persistence import FOLDED, IDLE_COMPACT_MIN
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
@@ -128,7 +128,7 @@ def test_decisions_during_a_fold_survive_a_death_at_every_step(
             await start(plugin, guaranteed(n))
         before = persistence.generation
         folded = len(persistence.records)
-        persistence._compact_in_background()
+        assert persistence.start_fold() is not None
         await wait_for(gate.entered)
         # the state is taken; the writer thread is held before it writes
         for n in range(4, 7):
@@ -170,7 +170,7 @@ def test_a_full_checkpoint_written_during_a_fold_wins(
 
     async def life() -> None:
         await start(plugin, guaranteed(0))
-        persistence._compact_in_background()
+        assert persistence.start_fold() is not None
         await wait_for(gate.entered)
         await start(plugin, guaranteed(1))
         plugin.ledger.compact()  # e.g. the state directory was replaced: written at once
@@ -197,8 +197,7 @@ def test_no_fold_starts_inside_a_batch(tmp_path: Path) -> None:
     async def life() -> None:
         with plugin.ledger.batch():
             await start(plugin, guaranteed(0))
-            persistence._compact_in_background()
-            assert persistence._fold is None
+            assert persistence.start_fold() is None
         assert on_disk(tmp_path) == live(plugin)
 
     asyncio.run(life())
@@ -286,5 +285,33 @@ def test_a_snapshot_shares_nothing_the_decisions_after_it_change(tmp_path: Path)
             plugin.remove_pod_sandbox(sandbox)
         assert canonical_json(live(plugin)) != encoded
         assert canonical_json(taken) == encoded
+
+    asyncio.run(life())
+
+
+def test_the_idle_fold_waits_for_a_pause_and_keeps_one_timer(tmp_path: Path) -> None:
+    plugin = new_plugin(tmp_path)
+    plugin.ledger.open()
+    persistence = plugin.ledger.persistence
+    first = persistence.generation
+
+    async def life() -> None:
+        await start(plugin, guaranteed(0))
+        armed = [persistence._compact_handle]  # kept alive: their ids stay distinct
+        decisions = len(persistence.records)
+        for n in range(1, 8):  # a burst: each decision well within the idle delay of the last
+            await asyncio.sleep(IDLE_COMPACT_MIN / 4)
+            await start(plugin, guaranteed(n))
+            armed.append(persistence._compact_handle)
+        # the timer is armed again when it fires during the burst, not at every decision
+        assert len(persistence.records) - decisions >= 14 and len({id(h) for h in armed}) <= 4
+        assert persistence.generation == first
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if persistence.generation > first and persistence._fold is None:
+                break
+        assert persistence.generation == first + 1
+        assert persistence.records == []
+        assert on_disk(tmp_path) == live(plugin)
 
     asyncio.run(life())
