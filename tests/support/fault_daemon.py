@@ -87,6 +87,42 @@ def serve(config: str, log: str) -> None:
     sys.exit(daemon.main(["--config", config]))
 
 
+def serve_holding_folds(config: str, log: str, gates: str, where: str) -> None:
+    """:func:`serve` with the background compaction (a fold) held where a death is to strike.
+    The fold's writer thread creates ``<gates>/entered`` and waits while ``<gates>/hold``
+    exists, before it replaces ``state.json`` (the requests go on meanwhile). With
+    ``where="adopt"`` the event loop is then held for good (until the kill) once that write is
+    done, before the journal is replaced, and ``<gates>/adopting`` is created."""
+    import threading
+    import time
+
+    from nri_plrm.ledger.persistence import Persistence
+
+    write, adopt = Persistence._write, Persistence._adopt
+    written = threading.Event()
+
+    def held_write(self: Persistence, body: bytes, generation: int) -> bool:
+        if threading.current_thread() is threading.main_thread():
+            return write(self, body, generation)
+        Path(gates, "entered").touch()
+        while Path(gates, "hold").exists():
+            time.sleep(0.01)
+        done = write(self, body, generation)
+        written.set()
+        return done
+
+    def held_adopt(self: Persistence, *args: Any) -> None:
+        if where == "adopt" and written.is_set():
+            Path(gates, "adopting").touch()
+            while True:
+                time.sleep(1)
+        adopt(self, *args)
+
+    Persistence._write = held_write  # type: ignore[method-assign]
+    Persistence._adopt = held_adopt  # type: ignore[method-assign]
+    serve(config, log)
+
+
 class ForkedDaemon:
     """``nri_plrm.daemon.main --config FILE`` in a process forked from a preloaded forkserver;
     its output goes to ``daemon.log`` beside the configuration file."""
@@ -124,10 +160,17 @@ class ForkedDaemon:
         assert self.proc is not None and self.proc.pid is not None
         return self.proc.pid
 
-    def start(self) -> None:
-        """Start a new daemon; the previous one must be dead (killed, terminated)."""
+    def start(self, *, hold_folds: tuple[Path, str] | None = None) -> None:
+        """Start a new daemon; the previous one must be dead (killed, terminated).
+        ``hold_folds``: (gates directory, where), see :func:`serve_holding_folds`."""
         assert self.proc is None or not self.proc.is_alive(), "previous daemon still running"
-        self.proc = self.ctx.Process(target=serve, args=(str(self.config), str(self.log)))
+        args: tuple[str, ...] = (str(self.config), str(self.log))
+        if hold_folds is None:
+            self.proc = self.ctx.Process(target=serve, args=args)
+        else:
+            gates, where = hold_folds
+            args += (str(gates), where)
+            self.proc = self.ctx.Process(target=serve_holding_folds, args=args)
         self.proc.start()
 
     def limit_file_size(self, size: int | None) -> None:
