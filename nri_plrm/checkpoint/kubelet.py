@@ -22,7 +22,9 @@ support (``tests/support/kubelet_decode.py``): only the tests read kubelet files
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,7 @@ from nri_plrm.checkpoint.kubelet_export import (
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.memory_state import MemoryTable
 from nri_plrm.engine.spec import MemoryBlock
+from nri_plrm.steps import Steps, finish
 
 CPU_FORMATS = ("v2", "v4")
 MEMORY_FORMATS = ("v1", "v3")
@@ -85,17 +88,31 @@ class MemoryManagerState:
 # --- checksum primitives -------------------------------------------------------------------
 
 
-def fnv1a_32(data: bytes) -> int:
-    """32-bit FNV-1a of ``data``."""
-    h = 0x811C9DC5
+FNV_OFFSET = 0x811C9DC5
+FNV_STEP = 8192
+"""Bytes hashed per step of :func:`_checksum_steps`."""
+
+
+def fnv1a_32(data: bytes | memoryview, h: int = FNV_OFFSET) -> int:
+    """32-bit FNV-1a of ``data`` (``h``: the hash of what came before it)."""
     for byte in data:
         h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
     return h
 
 
+def _checksum_steps(text: str) -> Steps[int]:
+    """FNV-1a 32 of ``text`` (UTF-8), a step every ``FNV_STEP`` bytes."""
+    data = memoryview(text.encode("utf-8"))
+    h = FNV_OFFSET
+    for start in range(0, len(data), FNV_STEP):
+        h = fnv1a_32(data[start : start + FNV_STEP], h)
+        yield
+    return h
+
+
 def string_checksum(text: str) -> int:
     """The kubelet's ``checksum.New(text)`` for a string: FNV-1a 32 of ``(string)<text>``."""
-    return fnv1a_32(("(string)" + text).encode("utf-8"))
+    return finish(_checksum_steps("(string)" + text))
 
 
 def _spew_map(items: Iterable[tuple[str, str]]) -> str:
@@ -154,7 +171,7 @@ def cpu_checkpoint_checksum(
         state.pod_entries if with_pod_entries else None,
         type_name=type_name,
     )
-    return fnv1a_32(text.encode("utf-8"))
+    return finish(_checksum_steps(text))
 
 
 def _spew_blocks(blocks: Sequence[MemoryBlock]) -> str:
@@ -206,25 +223,40 @@ def memory_checkpoint_hash_text(state: MemoryManagerState) -> str:
 
 def memory_checkpoint_checksum(state: MemoryManagerState) -> int:
     """The kubelet's checksum of a V1 memory checkpoint (also the V3 inline checksum)."""
-    return fnv1a_32(memory_checkpoint_hash_text(state).encode("utf-8"))
+    return finish(_checksum_steps(memory_checkpoint_hash_text(state)))
 
 
 # --- Go encoding/json ------------------------------------------------------------------------
 
-_GO_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_GO_ESCAPES: dict[int, str] = {
+    **{c: f"\\u{c:04x}" for c in (*range(0x20), ord("<"), ord(">"), ord("&"), 0x2028, 0x2029)},
+    ord('"'): '\\"',
+    ord("\\"): "\\\\",
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+"""What Go's ``encoding/json`` writes for each character it escapes (``str.translate`` table)."""
+_GO_SPECIAL = re.compile(r'["\\\x00-\x1f<>&\u2028\u2029]')
+"""Those characters (every other one is written as it is)."""
+
+
+_GO_ONLY = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"))
+"""Characters Go escapes and Python's ``json`` does not (besides U+2028 and U+2029)."""
 
 
 def go_string(s: str) -> str:
-    out = ['"']
-    for ch in s:
-        if ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ch in "<>&\u2028\u2029":
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+    """Go ``json.Marshal`` of a string."""
+    if _GO_SPECIAL.search(s) is None:
+        return f'"{s}"'
+    if "\b" in s or "\f" in s or "\u2028" in s or "\u2029" in s:
+        return f'"{s.translate(_GO_ESCAPES)}"'
+    # Python's C encoder escapes the rest as Go does (a large ``data`` text is mostly quotes)
+    out = json.dumps(s, ensure_ascii=False)
+    for ch, escaped in _GO_ONLY:
+        if ch in out:
+            out = out.replace(ch, escaped)
+    return out
 
 
 def _go_json(value: Any) -> str:
@@ -241,6 +273,33 @@ def _go_json(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_go_json(v) for v in value) + "]"
     raise TypeError(f"go json: unsupported value {value!r}")
+
+
+JSON_STEP_DEPTH = 3
+"""Objects and arrays down to this depth are encoded a member per step."""
+
+
+def _go_json_steps(value: Any, depth: int = JSON_STEP_DEPTH) -> Steps[str]:
+    """:func:`_go_json` of ``value``, a step after each member down to ``depth`` levels."""
+    if depth > 0 and isinstance(value, dict):
+        members = yield from _members_steps(value, depth)
+        return "{" + ",".join(members) + "}"
+    if depth > 0 and isinstance(value, (list, tuple)):
+        items = []
+        for item in value:
+            items.append((yield from _go_json_steps(item, depth - 1)))
+            yield
+        return "[" + ",".join(items) + "]"
+    return _go_json(value)
+
+
+def _members_steps(fields: Mapping[str, Any], depth: int = JSON_STEP_DEPTH) -> Steps[list[str]]:
+    """The ``"key":value`` members of a JSON object, a step after each."""
+    members = []
+    for key, value in fields.items():
+        members.append(f"{go_string(key)}:{(yield from _go_json_steps(value, depth - 1))}")
+        yield
+    return members
 
 
 def _entries_json(entries: Mapping[str, Mapping[str, CPUSet]]) -> dict[str, Any]:
@@ -283,6 +342,11 @@ def _memory_entries_json(
 
 def encode_cpu_manager_state(state: CPUManagerState, fmt: str = "v4") -> bytes:
     """The bytes of a kubelet ``cpu_manager_state`` file in format ``v2`` or ``v4``."""
+    return finish(cpu_manager_state_steps(state, fmt))
+
+
+def cpu_manager_state_steps(state: CPUManagerState, fmt: str = "v4") -> Steps[bytes]:
+    """:func:`encode_cpu_manager_state` in steps (see ``nri_plrm.steps``)."""
     if fmt not in CPU_FORMATS:
         raise ValueError(f"cpu manager checkpoint format {fmt!r}: must be one of {CPU_FORMATS}")
     fields: dict[str, Any] = {
@@ -295,11 +359,19 @@ def encode_cpu_manager_state(state: CPUManagerState, fmt: str = "v4") -> bytes:
         pod: ({"cpuSet": str(cpus)} if cpus else {})
         for pod, cpus in sorted(state.pod_entries.items())
     }
-    return _checkpoint_bytes(fields, cpu_checkpoint_checksum(state), fmt == "v4", pod_entries)
+    text = cpu_hash_text(state.policy_name, str(state.default_cpuset), _entry_texts(state.entries))
+    yield
+    checksum = yield from _checksum_steps(text)
+    return (yield from _checkpoint_steps(fields, checksum, fmt == "v4", pod_entries))
 
 
 def encode_memory_manager_state(state: MemoryManagerState, fmt: str = "v3") -> bytes:
     """The bytes of a kubelet ``memory_manager_state`` file in format ``v1`` or ``v3``."""
+    return finish(memory_manager_state_steps(state, fmt))
+
+
+def memory_manager_state_steps(state: MemoryManagerState, fmt: str = "v3") -> Steps[bytes]:
+    """:func:`encode_memory_manager_state` in steps (see ``nri_plrm.steps``)."""
     if fmt not in MEMORY_FORMATS:
         raise ValueError(
             f"memory manager checkpoint format {fmt!r}: must be one of {MEMORY_FORMATS}"
@@ -314,23 +386,29 @@ def encode_memory_manager_state(state: MemoryManagerState, fmt: str = "v3") -> b
         pod: {"memoryBlocks": _blocks_json(blocks)}
         for pod, blocks in sorted(state.pod_entries.items())
     }
-    return _checkpoint_bytes(fields, memory_checkpoint_checksum(state), fmt == "v3", pod_entries)
+    yield
+    text = memory_checkpoint_hash_text(state)
+    yield
+    checksum = yield from _checksum_steps(text)
+    return (yield from _checkpoint_steps(fields, checksum, fmt == "v3", pod_entries))
 
 
-def _checkpoint_bytes(
+def _checkpoint_steps(
     fields: dict[str, Any], checksum: int, with_data: bool, pod_entries: dict[str, Any]
-) -> bytes:
+) -> Steps[bytes]:
     """The legacy ``fields`` with their ``checksum``; ``with_data`` (the 1.37 formats) adds
-    ``data`` (the fields plus any ``podEntries``, as JSON text) and its ``dataChecksum``."""
-    doc = {**fields, "checksum": checksum}
+    ``data`` (the fields plus any ``podEntries``, as JSON text) and its ``dataChecksum``. The
+    fields are encoded once, for both."""
+    members = yield from _members_steps(fields)
+    doc = [*members, f'"checksum":{checksum}']
     if with_data:
-        data = dict(fields)
+        data = list(members)
         if pod_entries:
-            data["podEntries"] = pod_entries
-        text = _go_json(data)
-        doc["data"] = text
-        doc["dataChecksum"] = string_checksum(text)
-    return _go_json(doc).encode("utf-8")
+            data.append('"podEntries":' + (yield from _go_json_steps(pod_entries)))
+        text = "{" + ",".join(data) + "}"
+        data_checksum = yield from _checksum_steps("(string)" + text)
+        doc += [f'"data":{go_string(text)}', f'"dataChecksum":{data_checksum}']
+    return ("{" + ",".join(doc) + "}").encode("utf-8")
 
 
 def kubelet_cpu_policy(path: str | os.PathLike[str]) -> str | None:
@@ -442,9 +520,22 @@ def write_kubelet_state(
     with ``cpuManagerPolicy: none`` keeps its own ``cpu_manager_state`` in its root directory.
     Returns the paths written.
     """
+    files = finish(kubelet_files_steps(cpu, memory, cpu_format, memory_format))
+    return write_owned(directory, files, 0o644, flusher=flusher)
+
+
+def kubelet_files_steps(
+    cpu: CPUManagerState | None,
+    memory: MemoryManagerState | None,
+    cpu_format: str = "v4",
+    memory_format: str = "v3",
+) -> Steps[dict[str, bytes]]:
+    """The contents of the kubelet-format files, by name, in steps (see ``nri_plrm.steps``)."""
     files = {}
     if cpu is not None:
-        files[CPU_MANAGER_STATE_FILE] = encode_cpu_manager_state(cpu, cpu_format)
+        files[CPU_MANAGER_STATE_FILE] = yield from cpu_manager_state_steps(cpu, cpu_format)
     if memory is not None:
-        files[MEMORY_MANAGER_STATE_FILE] = encode_memory_manager_state(memory, memory_format)
-    return write_owned(directory, files, 0o644, flusher=flusher)
+        files[MEMORY_MANAGER_STATE_FILE] = yield from memory_manager_state_steps(
+            memory, memory_format
+        )
+    return files

@@ -17,6 +17,7 @@ records.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
@@ -29,10 +30,13 @@ from typing import Any, cast
 from nri_plrm.checkpoint.dirguard import StateDirGuard
 from nri_plrm.checkpoint.journal import DecisionJournal, JournalError
 from nri_plrm.checkpoint.kubelet import (
+    CPUManagerState,
+    MemoryManagerState,
     cpu_state_from_manager,
+    kubelet_files_steps,
     memory_state_from_manager,
-    write_kubelet_state,
 )
+from nri_plrm.checkpoint.kubelet_export import write_owned
 from nri_plrm.checkpoint.store import (
     CheckpointError,
     CheckpointStore,
@@ -43,6 +47,7 @@ from nri_plrm.checkpoint.store import (
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger.observer import LedgerObserver
 from nri_plrm.ledger.transitions import Op
+from nri_plrm.steps import finish, joined, stepwise
 
 COMPACT_RECORDS = 1000
 """Journal records after which the journal is folded into a full checkpoint."""
@@ -60,8 +65,6 @@ IDLE_SLACK = 0.001
 """Seconds early an idle timer may fire and still count as on time."""
 KEY_SCAN_STEP = 4000
 """Values of the state a fold checks for non-string keys per event-loop step."""
-FOLD_STEP = 0.0005
-"""Seconds a fold encodes the state for before it lets the event loop run."""
 FOLDED = "journal"
 """Key of a folded checkpoint's ``data`` naming the journal it continues:
 ``{"generation": g, "records": n}`` (it holds the first n records of generation g's journal)."""
@@ -108,6 +111,10 @@ class Persistence:
         self._last_compaction = 0.0
         self._export_handle: asyncio.TimerHandle | None = None
         self._last_export = 0.0
+        self._export_engine: Engine | None = None
+        self._exporting: asyncio.Task[None] | None = None
+        self._export_again = False
+        self._export_lock = threading.Lock()
         self._holding = holding
         self._fold: asyncio.Task[None] | None = None
         self._writer: ThreadPoolExecutor | None = None
@@ -330,31 +337,29 @@ class Persistence:
             bad = scan.run(KEY_SCAN_STEP)
         if bad:
             self.store.encode(data)  # raises, naming the key
-        pieces = []
         try:
             await asyncio.sleep(0)
-            ends = time.perf_counter() + FOLD_STEP
-            for piece in canonical_json_pieces(data):
-                pieces.append(piece)
-                if time.perf_counter() > ends:
-                    await asyncio.sleep(0)
-                    ends = time.perf_counter() + FOLD_STEP
+            body = await stepwise(joined(canonical_json_pieces(data)))
         except (TypeError, ValueError) as exc:
             raise CheckpointError(
                 f"checkpoint {self.store.path}: data is not JSON-able: {exc}"
             ) from exc
-        body = b"".join(pieces)
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="nri-plrm-checkpoint")
         loop = asyncio.get_running_loop()
         with self._counted_write():
-            written = await loop.run_in_executor(self._writer, self._write, body, generation)
+            written = await loop.run_in_executor(self._writer_pool(), self._write, body, generation)
         self._last_compaction = time.perf_counter() - start
         return (generation, data, body, folded, based_on) if written else None
 
     def schedule_export(self, engine: Engine) -> None:
-        """Rewrite the kubelet-format files soon (at once outside an event loop)."""
-        if not self.kubelet_state_path or self._export_handle is not None:
+        """Rewrite the kubelet-format files soon (at once outside an event loop): on a timer,
+        then beside the requests (:meth:`_export_beside`)."""
+        if not self.kubelet_state_path:
+            return
+        self._export_engine = engine
+        if self._exporting is not None:
+            self._export_again = True
+            return
+        if self._export_handle is not None:
             return
         try:
             loop = asyncio.get_running_loop()
@@ -362,26 +367,58 @@ class Persistence:
             self.export(engine)
             return
         delay = max(EXPORT_DELAY, self._last_export * IDLE_COMPACT_FACTOR)
-        self._export_handle = loop.call_later(delay, self.export, engine)
+        self._export_handle = loop.call_later(delay, self._export_in_background)
+
+    def _export_in_background(self) -> None:
+        self._export_handle = None
+        self._exporting = asyncio.get_running_loop().create_task(self._export_beside())
+
+    async def _export_beside(self) -> None:
+        """The export without holding the event loop for more than a short step: the
+        managers' state is taken in one step, the files are encoded in short ones and written
+        by the worker thread."""
+        engine = self._export_engine
+        assert self.kubelet_state_path and engine is not None
+        start = time.perf_counter()
+        try:
+            cpu, memory = _kubelet_states(engine)
+            files = await stepwise(kubelet_files_steps(cpu, memory))
+            write = functools.partial(self._write_export, self.kubelet_state_path, files)
+            await asyncio.get_running_loop().run_in_executor(self._writer_pool(), write)
+        except (OSError, ValueError) as exc:
+            self.log.warning("kubelet-format export to %s failed: %s", self.kubelet_state_path, exc)
+        finally:
+            self._exporting = None
+            self._last_export = time.perf_counter() - start
+        latest = self._export_engine
+        if self._export_again and latest is not None:  # changes came meanwhile
+            self._export_again = False
+            self.schedule_export(latest)
 
     def export(self, engine: Engine) -> None:
-        """Write ``cpu_manager_state``/``memory_manager_state`` to ``kubelet_state_path``."""
+        """Write ``cpu_manager_state``/``memory_manager_state`` to ``kubelet_state_path`` at
+        once."""
         self._export_handle = None
         if not self.kubelet_state_path:
             return
         start = time.perf_counter()
         try:
-            write_kubelet_state(
-                self.kubelet_state_path,
-                cpu_state_from_manager(engine.cpu_manager),
-                # The exporter's protocol declares machine_state as a plain attribute, which
-                # mypy treats as invariant against the manager's dict.
-                memory_state_from_manager(cast(Any, engine.memory_manager)),
-                flusher=self.store.flusher if self.store is not None else None,
-            )
+            files = finish(kubelet_files_steps(*_kubelet_states(engine)))
+            self._write_export(self.kubelet_state_path, files)
         except (OSError, ValueError) as exc:
             self.log.warning("kubelet-format export to %s failed: %s", self.kubelet_state_path, exc)
         self._last_export = time.perf_counter() - start
+
+    def _write_export(self, directory: str, files: dict[str, bytes]) -> None:
+        """Write the kubelet-format ``files`` (any thread; one export write at a time)."""
+        with self._export_lock:
+            flusher = self.store.flusher if self.store is not None else None
+            write_owned(directory, files, 0o644, flusher=flusher)
+
+    def _writer_pool(self) -> ThreadPoolExecutor:
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="nri-plrm-checkpoint")
+        return self._writer
 
     def unusable(self, kind: str, problem: str) -> None:
         """Log and count a checkpoint or journal that cannot be used."""
@@ -395,8 +432,9 @@ class Persistence:
 
     def close(self) -> None:
         """Fold the journal into a checkpoint and close it (clean shutdown)."""
-        if self._fold is not None and not self._fold.get_loop().is_closed():
-            self._fold.cancel()
+        for task in (self._fold, self._exporting):
+            if task is not None and not task.get_loop().is_closed():
+                task.cancel()
         try:
             self.compact()
         except CheckpointError as exc:
@@ -418,3 +456,14 @@ class Persistence:
         finally:
             if self.observer is not None:
                 self.observer.record_checkpoint_write(time.perf_counter() - start, ok=ok)
+
+
+def _kubelet_states(engine: Engine) -> tuple[CPUManagerState, MemoryManagerState]:
+    """The kubelet-format views of the engine's managers (copies: later decisions do not
+    change them)."""
+    # The exporter's protocol declares machine_state as a plain attribute, which mypy treats
+    # as invariant against the manager's dict.
+    return (
+        cpu_state_from_manager(engine.cpu_manager),
+        memory_state_from_manager(cast(Any, engine.memory_manager)),
+    )

@@ -24,6 +24,7 @@ from nri_plrm.checkpoint.kubelet import (
     encode_cpu_manager_state,
     encode_memory_manager_state,
     fnv1a_32,
+    go_string,
     kubelet_cpu_policy,
     memory_checkpoint_checksum,
     memory_checkpoint_hash_text,
@@ -250,6 +251,38 @@ def test_go_json_escaping_of_html_characters() -> None:
     raw = encode_cpu_manager_state(state, "v2").decode()
     assert '"policyName":"a\\u003cb\\u003e\\u0026c"' in raw
     assert decode_cpu_manager_state(raw).state.policy_name == "a<b>&c"
+
+
+@pytest.mark.parametrize(
+    ("text", "marshalled"),
+    [
+        ("pod-1234_main", '"pod-1234_main"'),
+        ("", '""'),
+        ('say "hi"', '"say \\"hi\\""'),
+        ("a\\b", '"a\\\\b"'),
+        ("tab\there\n", '"tab\\there\\n"'),
+        ("\x01\x1f", '"\\u0001\\u001f"'),
+        ("<&>", '"\\u003c\\u0026\\u003e"'),
+        ("\u2028\u2029", '"\\u2028\\u2029"'),
+        ("ünï", '"ünï"'),
+    ],
+)
+def test_go_string_is_go_json_marshal(text: str, marshalled: str) -> None:
+    assert go_string(text) == marshalled
+    assert json.loads(go_string(text)) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30))
+def test_fuzz_go_string_quick_path_is_the_escaping_one(text: str) -> None:
+    escapes = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    slow = "".join(
+        escapes.get(ch)
+        or (f"\\u{ord(ch):04x}" if ord(ch) < 0x20 or ch in "<>&\u2028\u2029" else ch)
+        for ch in text
+    )
+    assert go_string(text) == f'"{slow}"'
+    assert json.loads(go_string(text)) == text
 
 
 def test_multi_numa_machine_state_key_order() -> None:
