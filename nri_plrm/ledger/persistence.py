@@ -371,7 +371,26 @@ class Persistence:
 
     def _export_in_background(self) -> None:
         self._export_handle = None
+        if self._export_engine is not None:
+            self.start_export(self._export_engine)
+
+    @property
+    def export_pending(self) -> bool:
+        """True while an export is armed or running."""
+        return self._export_handle is not None or self._exporting is not None
+
+    def start_export(self, engine: Engine) -> asyncio.Task[None] | None:
+        """Start writing the kubelet-format files of ``engine`` beside the requests (in the
+        running event loop); its task, or None when one is running already (it is followed
+        by another) or no export is configured."""
+        if not self.kubelet_state_path:
+            return None
+        self._export_engine = engine
+        if self._exporting is not None:
+            self._export_again = True
+            return None
         self._exporting = asyncio.get_running_loop().create_task(self._export_beside())
+        return self._exporting
 
     async def _export_beside(self) -> None:
         """The export without holding the event loop for more than a short step: the

@@ -75,7 +75,7 @@ async def settled(plugin: Plugin) -> None:
     persistence = plugin.ledger.persistence
     for _ in range(500):
         await asyncio.sleep(0.01)
-        if persistence._export_handle is None and persistence._exporting is None:
+        if not persistence.export_pending:
             return
     raise AssertionError("the export did not finish")
 
