@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -27,9 +27,9 @@ def finish(steps: Steps[T]) -> T:
             return done.value  # type: ignore[no-any-return]
 
 
-async def stepwise(steps: Steps[T], seconds: float = STEP_SECONDS) -> T:
-    """Run ``steps`` in the running event loop, letting it run other callbacks after every
-    ``seconds`` of work; their result."""
+async def stepwise(steps: Steps[T], seconds: float = STEP_SECONDS, pause: float = 0.0) -> T:
+    """Run ``steps`` in the running event loop: after every ``seconds`` of work, let it run
+    other callbacks for ``pause`` seconds (at least one round); their result."""
     ends = time.perf_counter() + seconds
     while True:
         try:
@@ -37,14 +37,5 @@ async def stepwise(steps: Steps[T], seconds: float = STEP_SECONDS) -> T:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         if time.perf_counter() > ends:
-            await asyncio.sleep(0)
+            await asyncio.sleep(pause)
             ends = time.perf_counter() + seconds
-
-
-def joined(pieces: Iterable[bytes]) -> Steps[bytes]:
-    """The concatenation of ``pieces``, a step after each one."""
-    out = []
-    for piece in pieces:
-        out.append(piece)
-        yield
-    return b"".join(out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from nri_plrm.steps import Steps, finish, joined, stepwise
+from nri_plrm.steps import Steps, finish, stepwise
 
 
 def counted(n: int, log: list[str]) -> Steps[int]:
@@ -20,7 +20,6 @@ def test_finish_runs_every_step_and_returns_the_result() -> None:
     log: list[str] = []
     assert finish(counted(5, log)) == 10
     assert log == ["step"] * 5
-    assert finish(joined([b"a", b"", b"bc"])) == b"abc"
 
 
 def test_stepwise_lets_the_loop_run_other_work_in_between() -> None:

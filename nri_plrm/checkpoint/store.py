@@ -38,7 +38,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,30 +102,6 @@ def canonical_json(data: Any) -> bytes:
     ).encode("utf-8")
 
 
-def canonical_json_pieces(value: Any, depth: int = 3) -> Iterator[bytes]:
-    """:func:`canonical_json` of ``value`` in pieces (their concatenation is equal): objects and
-    arrays down to ``depth`` levels are emitted member by member, deeper values whole, so a
-    large state can be encoded between other work. Every key must be a string."""
-    kind = type(value)
-    if depth > 0 and kind is dict:
-        yield b"{"
-        sep = b""
-        for key in sorted(value):
-            yield sep + canonical_json(key) + b":"
-            yield from canonical_json_pieces(value[key], depth - 1)
-            sep = b","
-        yield b"}"
-    elif depth > 0 and (kind is list or kind is tuple):
-        yield b"["
-        for i, item in enumerate(value):
-            if i:
-                yield b","
-            yield from canonical_json_pieces(item, depth - 1)
-        yield b"]"
-    else:
-        yield canonical_json(value)
-
-
 def data_checksum(data: Any) -> str:
     """The checksum stored beside ``data``: ``sha256:`` + hex digest of its canonical JSON."""
     return _CHECKSUM_PREFIX + hashlib.sha256(canonical_json(data)).hexdigest()
@@ -147,43 +123,31 @@ def _check_keys(value: Any, path: str) -> None:
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
-class KeyScan:
-    """Scan for :func:`_check_keys` in steps: :meth:`run` answers False when every mapping key
-    is exactly ``str``, True when one may not be, and None when its step limit ran out first
-    (call it again to go on), so a large state can be checked between other work.
+def _may_have_bad_keys(value: Any) -> bool:
+    """Fast scan for :func:`_check_keys`: False when every mapping key is exactly ``str``.
 
     Iterative, with exact type tests, so a large state costs one pass without building paths;
     only a True answer pays for the path-naming walk."""
-
-    def __init__(self, value: Any) -> None:
-        self._stack = [value]
-
-    def run(self, limit: int | None = None) -> bool | None:
-        """Go on with the scan for at most ``limit`` values (None: to the end)."""
-        stack = self._stack
-        left = -1 if limit is None else limit
-        while stack:
-            if left == 0:
-                return None
-            left -= 1
-            item = stack.pop()
-            kind = type(item)
-            if kind is dict:
-                for key in item:
-                    if type(key) is not str:
-                        return True
-                stack.extend(item.values())
-            elif kind is list or kind is tuple:
-                stack.extend(item)
-            elif kind in _LEAVES:
-                continue
-            elif isinstance(item, Mapping):
-                if not all(isinstance(key, str) for key in item):
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
                     return True
-                stack.extend(item.values())
-            elif isinstance(item, (list, tuple)):
-                stack.extend(item)
-        return False
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif kind in _LEAVES:
+            continue
+        elif isinstance(item, Mapping):
+            if not all(isinstance(key, str) for key in item):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
 
 
 class _Unusable(Exception):
@@ -276,11 +240,11 @@ class CheckpointStore:
         """
         return self.write(self.encode(data))
 
-    def encode(self, data: Mapping[str, Any], *, keys_checked: bool = False) -> bytes:
-        """``data`` as stored (canonical JSON; ``keys_checked``: a finished :class:`KeyScan` of
-        ``data`` found only string keys). Raises CheckpointError when it is not JSON-able."""
+    def encode(self, data: Mapping[str, Any]) -> bytes:
+        """``data`` as stored (canonical JSON). Raises CheckpointError when it is not
+        JSON-able."""
         try:
-            if not keys_checked and KeyScan(data).run():
+            if _may_have_bad_keys(data):
                 _check_keys(data, "data")
             return canonical_json(data)
         except (TypeError, ValueError) as exc:

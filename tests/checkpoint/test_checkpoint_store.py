@@ -17,7 +17,6 @@ from nri_plrm.checkpoint.store import (
     CheckpointError,
     CheckpointStore,
     canonical_json,
-    canonical_json_pieces,
     data_checksum,
 )
 
@@ -292,33 +291,6 @@ json_values = st.recursive(
     ),
     max_leaves=20,
 )
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    value=json_values
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.tuples(json_values, json_values),
-    depth=st.integers(0, 5),
-)
-def test_fuzz_canonical_json_in_pieces_is_canonical_json(value: Any, depth: int) -> None:
-    assert b"".join(canonical_json_pieces(value, depth)) == canonical_json(value)
-
-
-def test_canonical_json_in_pieces_splits_down_to_its_depth() -> None:
-    value = {"b": [1, {"y": 2, "x": [3]}], "a": "é"}
-    assert list(canonical_json_pieces(value, 2)) == [
-        b"{",
-        b'"a":',
-        '"é"'.encode(),
-        b',"b":',
-        b"[",
-        b"1",
-        b",",
-        b'{"x":[3],"y":2}',
-        b"]",
-        b"}",
-    ]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=_FIXTURE_OK)

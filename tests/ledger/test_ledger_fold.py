@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from nri_plrm.checkpoint.journal import DecisionJournal
-from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore, KeyScan, canonical_json
+from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore, canonical_json
 from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
@@ -243,18 +243,6 @@ def test_a_journal_the_checkpoint_does_not_name_is_ignored(tmp_path: Path, folde
     reader = new_plugin(tmp_path)
     reader.ledger.load()
     assert reader.ledger.persistence.records == []
-
-
-def test_key_scan_in_steps_answers_as_in_one() -> None:
-    clean = {"a": [{"b": 1, "c": [2, 3, {"d": None}]}] * 50, "e": {"f": "g"}}
-    bad = {"e": {"f": {7: "g"}}, "a": [{"b": 1}] * 50}
-    for value, answer in ((clean, False), (bad, True)):
-        assert KeyScan(value).run() is answer
-        scan = KeyScan(value)
-        steps = 1
-        while (result := scan.run(10)) is None:
-            steps += 1
-        assert result is answer and steps > 5
 
 
 def test_a_state_with_a_non_string_key_is_refused_by_name(tmp_path: Path) -> None:
