@@ -29,25 +29,18 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from inprocess_pods import start as start_pod
+
 from bench.common import main, percentile
 from bench.plugin import CONFIG, SPEC_256, best_effort, pod_level
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
-from nri_plrm.engine.spec import PodSpec
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
 from nri_plrm.topology.synthetic import synthetic_topology
-from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 
 ROUNDS = 20
-
-
-async def _start(plugin: Plugin, spec: PodSpec) -> None:
-    sandbox = nri_pod_sandbox(spec)
-    await plugin.run_pod_sandbox(sandbox)
-    for ctr in creation_order(spec):
-        await plugin.create_container(sandbox, nri_container(spec, ctr))
 
 
 async def _beside(start: Callable[[], asyncio.Task[None] | None]) -> tuple[float, float]:
@@ -77,9 +70,9 @@ async def _measure(tmp: str) -> dict[str, float]:
     plugin = Plugin(NodeLedger(engine, store=store, kubelet_state_path=export))
     plugin.ledger.open()
     for i in range(80):
-        await _start(plugin, pod_level(i, 4))
+        await start_pod(plugin, pod_level(i, 4))
     for i in range(100):
-        await _start(plugin, best_effort(i))
+        await start_pod(plugin, best_effort(i))
     assert len(plugin.ledger.tables.ids) == 500
     persistence = plugin.ledger.persistence
     blocking, folds, steps, exports, export_steps = [], [], [], [], []

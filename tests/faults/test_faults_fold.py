@@ -15,27 +15,12 @@ from pathlib import Path
 
 import pytest
 from fault_daemon import ForkedDaemon, checkpointed_engine, prepare
+from inprocess_pods import pod_level
 from nrisim import NRISimulator
 from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.checkpoint.journal import DecisionJournal
-from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
-
-GI = 1 << 30
-
-
-def pod(uid: str) -> PodSpec:
-    one = {"cpu": 2000, "memory": GI}
-    budget = {"cpu": 3000, "memory": 2 * GI}
-    return PodSpec(
-        uid=uid,
-        name=uid,
-        init_containers=(ContainerSpec("proxy", ContainerKind.SIDECAR),),
-        containers=(ContainerSpec("main", requests=one, limits=one),),
-        requests=budget,
-        limits=budget,
-    )
 
 
 async def wait_for(path: Path, daemon: ForkedDaemon, timeout: float = 30.0) -> None:
@@ -61,12 +46,12 @@ def test_sigkill_during_a_fold_loses_no_acknowledged_decision(tmp_path: Path, wh
         try:
             await sim.wait_registered(timeout=60)
             for i in range(3):
-                await rt.launch(pod(f"before-{i}"))
+                await rt.launch(pod_level(f"before-{i}"))
             await rt.settle()
             # the plugin is idle now: it starts a fold, held where the death strikes
             await wait_for(gates / "entered", daemon)
             generation = DecisionJournal(state).read(quarantine=False)[0]
-            during = [await rt.launch(pod(f"during-{i}")) for i in range(2)]
+            during = [await rt.launch(pod_level(f"during-{i}")) for i in range(2)]
             await rt.settle()
             pinned = exclusive_cpus(rt)
             if where == "adopt":  # the fold writes state.json; the loop stops before the journal
@@ -94,7 +79,7 @@ def test_sigkill_during_a_fold_loses_no_acknowledged_decision(tmp_path: Path, wh
             session = await sim.wait_registered(timeout=60)
             assert session.sync_reply is not None
             assert list(session.sync_reply.update) == []  # nothing to move: nothing was lost
-            await rt.launch(pod("after"))
+            await rt.launch(pod_level("after"))
             await rt.settle()
             uids = {p.uid for p in rt.pods.values()}
             problems = check(checkpointed_engine(tmp_path), rt, uids, pinned)

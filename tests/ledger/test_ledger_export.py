@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from inprocess_pods import pod_level, start
 from kubelet_decode import decode_cpu_manager_state
 
 from nri_plrm.checkpoint.kubelet import (
@@ -20,14 +21,14 @@ from nri_plrm.checkpoint.kubelet import (
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
-from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import PodSpec
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.ledger import persistence as persistence_module
 from nri_plrm.ledger.persistence import _kubelet_states
 from nri_plrm.plugin import Plugin
 from nri_plrm.steps import finish
 from nri_plrm.topology.machines import MACHINES
-from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
+from nri_plrm.translate.pod_to_cri import nri_pod_sandbox
 
 CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 GI = 1 << 30
@@ -40,23 +41,7 @@ def new_plugin(tmp: Path) -> Plugin:
 
 
 def pod(n: int) -> PodSpec:
-    one = {"cpu": 1000, "memory": GI}
-    budget = {"cpu": 2000, "memory": 2 * GI}
-    return PodSpec(
-        uid=f"export-{n}",
-        name=f"export-{n}",
-        init_containers=(ContainerSpec("side", ContainerKind.SIDECAR),),
-        containers=(ContainerSpec("main", requests=one, limits=one),),
-        requests=budget,
-        limits=budget,
-    )
-
-
-async def start(plugin: Plugin, spec: PodSpec) -> None:
-    sandbox = nri_pod_sandbox(spec)
-    await plugin.run_pod_sandbox(sandbox)
-    for ctr in creation_order(spec):
-        await plugin.create_container(sandbox, nri_container(spec, ctr))
+    return pod_level(f"export-{n}")
 
 
 def expected(plugin: Plugin) -> dict[str, bytes]:

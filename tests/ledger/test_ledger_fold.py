@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inprocess_pods import pod_level, start
 
 from nri_plrm.checkpoint.journal import DecisionJournal
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore, canonical_json
 from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
-from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.ledger.persistence import FOLDED, IDLE_COMPACT_MIN
 from nri_plrm.plugin import Plugin
@@ -43,27 +44,6 @@ def guaranteed(n: int) -> PodSpec:
         name=f"fold-{n}",
         containers=(ContainerSpec("main", requests=one, limits=one),),
     )
-
-
-def pod_level(n: int) -> PodSpec:
-    """A pod-level pod: a budget of two CPUs, one exclusive container and a sidecar."""
-    one = {"cpu": 1000, "memory": GI}
-    budget = {"cpu": 2000, "memory": 2 * GI}
-    return PodSpec(
-        uid=f"fold-pl-{n}",
-        name=f"fold-pl-{n}",
-        init_containers=(ContainerSpec("side", ContainerKind.SIDECAR),),
-        containers=(ContainerSpec("main", requests=one, limits=one),),
-        requests=budget,
-        limits=budget,
-    )
-
-
-async def start(plugin: Plugin, spec: PodSpec) -> None:
-    sandbox = nri_pod_sandbox(spec)
-    await plugin.run_pod_sandbox(sandbox)
-    for ctr in creation_order(spec):
-        await plugin.create_container(sandbox, nri_container(spec, ctr))
 
 
 def on_disk(state: Path) -> dict[str, Any]:
@@ -257,7 +237,7 @@ def test_a_snapshot_shares_nothing_the_decisions_after_it_change(tmp_path: Path)
     plugin.ledger.open()
 
     async def life() -> None:
-        specs = [guaranteed(n) if n % 2 else pod_level(n) for n in range(6)]
+        specs = [guaranteed(n) if n % 2 else pod_level(f"fold-pl-{n}") for n in range(6)]
         for spec in specs[:4]:
             await start(plugin, spec)
         taken = plugin.ledger.snapshot(0)
