@@ -221,11 +221,6 @@ class Persistence:
         """The checkpoint data the journal continues, decoded (None: nothing durable yet)."""
         return None if self._base is None else cast(dict[str, Any], json.loads(self._base))
 
-    @property
-    def has_base(self) -> bool:
-        """True once a checkpoint was loaded or written."""
-        return self._base is not None
-
     def journal_start(self, generation: int) -> int | None:
         """Where the replay of the journal of ``generation`` starts over the loaded checkpoint:
         0 for the checkpoint's own journal, the records it folded for the journal it continues
