@@ -345,11 +345,7 @@ class Persistence:
     def schedule_export(self, engine: Engine) -> None:
         """Rewrite the kubelet-format files soon (at once outside an event loop): on a timer,
         then beside the requests (:meth:`_export_beside`)."""
-        if not self.kubelet_state_path:
-            return
-        self._export_engine = engine
-        if self._exporting is not None:
-            self._export_again = True
+        if not self.kubelet_state_path or self._follows_running_export(engine):
             return
         if self._export_handle is not None:
             return
@@ -360,6 +356,15 @@ class Persistence:
             return
         delay = max(EXPORT_DELAY, self._last_export * IDLE_COMPACT_FACTOR)
         self._export_handle = loop.call_later(delay, self._export_in_background)
+
+    def _follows_running_export(self, engine: Engine) -> bool:
+        """Remember ``engine`` as the one to export; True (and another export is due after it)
+        when an export is running now."""
+        self._export_engine = engine
+        if self._exporting is None:
+            return False
+        self._export_again = True
+        return True
 
     def _export_in_background(self) -> None:
         self._export_handle = None
@@ -375,11 +380,7 @@ class Persistence:
         """Start writing the kubelet-format files of ``engine`` beside the requests (in the
         running event loop); its task, or None when one is running already (it is followed
         by another) or no export is configured."""
-        if not self.kubelet_state_path:
-            return None
-        self._export_engine = engine
-        if self._exporting is not None:
-            self._export_again = True
+        if not self.kubelet_state_path or self._follows_running_export(engine):
             return None
         self._exporting = asyncio.get_running_loop().create_task(self._export_beside())
         return self._exporting

@@ -87,6 +87,13 @@ class Gate:
         monkeypatch.setattr(persistence, "_write", held)
 
 
+def held_fold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Plugin, Gate]:
+    """An opened plugin whose folds' writer waits at a :class:`Gate`."""
+    plugin = new_plugin(tmp_path)
+    plugin.ledger.open()
+    return plugin, Gate(plugin, monkeypatch)
+
+
 async def wait_for(event: threading.Event) -> None:
     for _ in range(1000):
         if event.is_set():
@@ -98,10 +105,8 @@ async def wait_for(event: threading.Event) -> None:
 def test_decisions_during_a_fold_survive_a_death_at_every_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    plugin = new_plugin(tmp_path)
-    plugin.ledger.open()
+    plugin, gate = held_fold(tmp_path, monkeypatch)
     persistence = plugin.ledger.persistence
-    gate = Gate(plugin, monkeypatch)
 
     async def life() -> None:
         for n in range(4):
@@ -143,10 +148,8 @@ def test_decisions_during_a_fold_survive_a_death_at_every_step(
 def test_a_full_checkpoint_written_during_a_fold_wins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    plugin = new_plugin(tmp_path)
-    plugin.ledger.open()
+    plugin, gate = held_fold(tmp_path, monkeypatch)
     persistence = plugin.ledger.persistence
-    gate = Gate(plugin, monkeypatch)
 
     async def life() -> None:
         await start(plugin, guaranteed(0))
