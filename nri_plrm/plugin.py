@@ -101,7 +101,7 @@ class UpdateFlusher:
         await asyncio.sleep(0)
         while self._queued and self.sender is not None:
             keys, self._queued = self._queued, set()
-            updates = updates_for(self.ledger, current(self.ledger, sorted(keys)))
+            updates = updates_for(self.ledger, self.ledger.assignments(sorted(keys)))
             if not updates:
                 continue
             try:
@@ -260,7 +260,7 @@ class Plugin:
         assignment, changes, kind = self.place_inferred(record, container)
         adjust = _adjustment(assignment)
         owed, self._changed_at_admission = self._changed_at_admission, {}
-        later = current(self.ledger, (key for key in owed if key not in changes))
+        later = self.ledger.assignments(key for key in owed if key not in changes)
         updates = updates_for(self.ledger, {**changes, **later}, exclude=container.id)
         if kind == DEMOTE:
             updates = self.inference.with_budget_quota(record, updates)
@@ -285,7 +285,7 @@ class Plugin:
         old = self.ledger.engine.container_spec(*key)
         new = resized_container(record.intent, old, resources) if old is not None else None
         if new is None:
-            return updates_for(self.ledger, current(self.ledger, [key]))
+            return updates_for(self.ledger, self.ledger.assignments([key]))
         assignment, changes = self.resizes.container(record, key[1], new)
         others = updates_for(self.ledger, changes, exclude=container.id)
         return [assignment_update(container.id, assignment), *others]
@@ -494,11 +494,6 @@ class Plugin:
                 }
             },
         )
-
-
-def current(ledger: NodeLedger, keys: Iterable[ContainerKey]) -> Changes:
-    """The current assignment of each of these containers the ledger still tracks."""
-    return {key: a for key in keys if (a := ledger.assignment(key)) is not None}
 
 
 def updates_for(

@@ -5,6 +5,8 @@ lexicographic order) and keeps those with enough free CPUs, preferring the narro
 mask could ever satisfy. On a 16-NUMA machine that is 65,535 masks per call, so the per-topology
 parts (the walk order, CPUs per mask, the hint objects) are built once and cached, and the
 per-call free-CPU counts of every mask are built by doubling lists instead of a Python loop.
+The last answers are kept too: an NRI-only pod's promotion and demotion (docs/design.md
+section 2) ask again, on the same free CPUs, what its admission asked.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from nri_plrm.engine.cpu_assignment import TopologyIndex, topology_index
 from nri_plrm.engine.spec import TopologyHint
 from nri_plrm.engine.topology_manager import HintList
 from nri_plrm.topology.model import Topology
+
+RECENT_ANSWERS = 64
+"""Answers of :func:`generate_cpu_hints` kept per topology (the oldest is dropped first)."""
 
 
 def _by_doubling(values: list[int]) -> list[int]:
@@ -52,6 +57,15 @@ class _MaskTable:
         self._choices: dict[tuple[int, bool], list[TopologyHint]] = {}
         self._preferred_indexes: dict[tuple[int, bool], list[int]] = {}
         self.every_mask: dict[tuple[int, bool], HintList] = {}
+        self.recent: dict[tuple[int, int, int, bool], HintList] = {}
+
+    def remember(self, key: tuple[int, int, int, bool], hints: HintList) -> HintList:
+        """Keep ``hints`` as the answer for ``key`` (at most ``RECENT_ANSWERS`` answers)."""
+        recent = self.recent
+        if len(recent) >= RECENT_ANSWERS:
+            del recent[next(iter(recent))]
+        recent[key] = hints
+        return hints
 
     def choice(self, narrowest: int, align_by_socket: bool) -> list[TopologyHint]:
         """The hint each index mask yields (preferred or not) for this narrowest width."""
@@ -126,6 +140,16 @@ def generate_cpu_hints(
     callers must not mutate.
     """
     table = _table(topology)
+    key = (available.mask, reusable.mask, request, align_by_socket)
+    known = table.recent.get(key)
+    if known is not None:
+        return known
+    return table.remember(key, _hints(table, available, reusable, request, align_by_socket))
+
+
+def _hints(
+    table: _MaskTable, available: CPUSet, reusable: CPUSet, request: int, align_by_socket: bool
+) -> HintList:
     index = table.index
     per_node = [(available.mask & index.numa_mask[node]).bit_count() for node in table.ids]
     required = 0

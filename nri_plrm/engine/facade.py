@@ -485,6 +485,8 @@ class Engine:
 
     def assignment(self, pod_uid: str, name: str) -> ContainerAssignment | None:
         """A known container's current assignment, or None."""
+        if (pod_uid, name) in self._node_shared:  # known: the set forgets removed containers
+            return self._assignment_of(pod_uid, name)
         record = self._pods.get(pod_uid)
         if record is None:
             return None

@@ -16,6 +16,8 @@ from nri_plrm.engine.topology_manager import HintList
 
 _SHAPE_CACHE_SIZE = 256
 """Hint lists kept per machine-state shape (see :meth:`HintCalculator.calculate`)."""
+_RECENT_ANSWERS = 64
+"""Answers kept per request and machine state (see :meth:`HintCalculator.calculate`)."""
 
 
 class HintCalculator:
@@ -27,6 +29,7 @@ class HintCalculator:
         self._min_affinity_cache: dict[tuple[tuple[str, int], ...], int] = {}
         self._hint_cache: dict[tuple[int, bool], TopologyHint] = {}
         self._shape_cache: dict[Any, HintList] = {}
+        self._recent: dict[Any, dict[str, list[TopologyHint]]] = {}
         self._all_masks_cache: dict[
             tuple[tuple[tuple[str, int], ...], int], list[TopologyHint]
         ] = {}
@@ -88,7 +91,40 @@ class HintCalculator:
         init-container reuse the answer depends only on the request, the fitting single nodes
         and groups and the unused nodes with their free memory, so it is cached by that shape.
         The returned lists are shared between types and cached: callers must not mutate them.
+        The last answers are kept by the request and each node's assignment count, group and
+        free memory of the requested types (allocatable memory never changes): an NRI-only
+        pod's promotion and demotion ask again what its admission asked.
         """
+        if any(reusable.values()):
+            return self._calculate(ms, requests, reusable)
+        key = (
+            tuple(requests.items()),
+            tuple(
+                (
+                    state.number_of_assignments,
+                    tuple(state.cells),
+                    tuple(
+                        table.free if (table := state.memory_map.get(name)) is not None else 0
+                        for name in requests
+                    ),
+                )
+                for state in map(ms.__getitem__, self._numa_ids)
+            ),
+        )
+        known = self._recent.get(key)
+        if known is None:
+            known = self._calculate(ms, requests, reusable)
+            if len(self._recent) >= _RECENT_ANSWERS:
+                del self._recent[next(iter(self._recent))]
+            self._recent[key] = known
+        return dict(known)
+
+    def _calculate(
+        self,
+        ms: MachineState,
+        requests: Mapping[str, int],
+        reusable: Mapping[int, Mapping[str, int]],
+    ) -> dict[str, list[TopologyHint]]:
         ids = self._numa_ids
         min_affinity = self._min_affinity(ms, requests)
         unused = [n for n in ids if ms[n].number_of_assignments == 0]

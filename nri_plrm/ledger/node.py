@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -104,6 +104,11 @@ class NodeLedger:
     def assignment(self, key: ContainerKey) -> ContainerAssignment | None:
         """A tracked container's current assignment, or None."""
         return self._state.engine.assignment(*key)
+
+    def assignments(self, keys: Iterable[ContainerKey]) -> Changes:
+        """The current assignment of each of these containers that is still tracked."""
+        assignment = self._state.engine.assignment
+        return {key: a for key in keys if (a := assignment(*key)) is not None}
 
     # ----------------------------------------------------------------- in-memory state
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine import cpu_hints
 from nri_plrm.engine.cpu_hints import generate_cpu_hints
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig
@@ -258,3 +259,41 @@ def test_generated_hints_equal_the_kubelet_loop(
     reuse = CPUSet(reusable) & topology.all_cpus
     got = generate_cpu_hints(topology, avail, reuse, request, align_by_socket=align)
     assert got == _naive_hints(machine, avail, reuse, request, align)
+
+
+def test_an_answer_asked_again_is_the_kept_one() -> None:
+    topology = MACHINES["topoDualSocketMultiNumaPerSocketHT"]
+    available = CPUSet.parse("1-9,40-49")
+    first = generate_cpu_hints(topology, available, CPUSet(), 4)
+    assert generate_cpu_hints(topology, available, CPUSet(), 4) is first
+    assert generate_cpu_hints(topology, available, CPUSet(), 5) is not first
+    assert generate_cpu_hints(topology, available, CPUSet.parse("1"), 4) is not first
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    questions=st.lists(
+        st.tuples(
+            st.sets(st.integers(0, 79), max_size=12),
+            st.sets(st.integers(0, 79), max_size=2),
+            st.integers(1, 12),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_kept_answers_equal_the_kubelet_loop_over_a_sequence(
+    questions: list[tuple[set[int], set[int], int, bool]],
+) -> None:
+    """Questions asked in turn (repeats, near-repeats, more than are kept) are each answered as
+    the kubelet's loop answers them."""
+    machine = "topoDualSocketMultiNumaPerSocketHT"
+    topology = MACHINES[machine]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu_hints, "RECENT_ANSWERS", 3)
+        for available, reusable, request, align in questions * 2:
+            avail = CPUSet(available) & topology.all_cpus
+            reuse = CPUSet(reusable) & topology.all_cpus
+            got = generate_cpu_hints(topology, avail, reuse, request, align_by_socket=align)
+            assert got == _naive_hints(machine, avail, reuse, request, align)

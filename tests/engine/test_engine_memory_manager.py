@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nri_plrm.engine import memory_hints
 from nri_plrm.engine.bitmask import bits, iterate_bitmasks, mask_of
 from nri_plrm.engine.memory_manager import MemoryManager
 from nri_plrm.engine.memory_state import (
@@ -606,3 +607,37 @@ def test_no_preferred_multi_numa_hint_when_one_node_could_hold_it() -> None:
     p = pod("pod2", "container2", req)
     expected = [TopologyHint(3, False)]
     assert mm.get_topology_hints(p, p.containers[0]) == {"memory": expected, HP2M: expected}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.booleans(), st.integers(1, 8), st.integers(1, 15), st.integers(1, 12)),
+        min_size=1,
+        max_size=14,
+    ),
+    hugepages=st.booleans(),
+)
+def test_kept_hints_follow_every_change_of_the_machine_state(
+    steps: list[tuple[bool, int, int, int]], hugepages: bool
+) -> None:
+    """Containers placed and removed in turn, the same requests asked after each step: every
+    answer (kept or computed) equals the literal walk over the state of that moment."""
+    mm = MemoryManager(machine(4, memory=6 * GB, pages=2), reserved(4))
+    live: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(memory_hints, "_RECENT_ANSWERS", 4)
+        for i, (place, gigs, mask, request) in enumerate(steps):
+            if place or not live:
+                req: dict[str, int] = {"cpu": 1000, "memory": gigs * GB}
+                with contextlib.suppress(AdmissionError):
+                    allocate(mm, pod(f"p{i}", "c", req), TopologyHint(mask, False))
+                    live.append(f"p{i}")
+            else:
+                mm.remove_container(live.pop(0), "c")
+            for size in (request, 3):
+                requests = {"memory": size * GB // 2}
+                if hugepages:
+                    requests[HP] = GB
+                probe = pod("probe", "c", {"cpu": 1000, **requests})
+                assert mm.calculate_hints(probe, requests) == literal_hints(mm, requests, {})
