@@ -520,6 +520,11 @@ class Engine:
         """The node shared pool (the CPU manager's default set)."""
         return self.cpu_manager.default_cpuset
 
+    def node_shared_assignment(self) -> ContainerAssignment:
+        """The assignment of every container on the node shared pool without memory of its
+        own: one object per pool (a new one once the pool moved)."""
+        return self._node_shared_assignment()
+
     def pod_cpus(self, pod_uid: str) -> CPUSet | None:
         """The CPUs reserved for a pod-level pod (its bubble), or None."""
         return self.cpu_manager.pod_cpus(pod_uid)

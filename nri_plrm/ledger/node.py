@@ -202,7 +202,7 @@ class NodeLedger:
                 p.unusable("journal", problem)
                 break
             p.records.append(op)
-        self._state.changed_pods.clear()
+        self._state.forget_changes()
         self._read_model.rebuild(self.engine, self.tables)
 
     def _load_checkpoint(self) -> str | None:
@@ -415,7 +415,7 @@ class NodeLedger:
         finally:
             out.update(net if self.engine is engine else self.engine.changes_since(before))
             if out:
-                self._state.changed_pods.update(uid for uid, _ in out)
+                self._state.note(out)
                 if not self._batch:
                     self._update_read_model_and_export()
 
@@ -430,7 +430,7 @@ class NodeLedger:
         for op in records:
             self._state.replay(op)
         self.persistence.records = records
-        self._state.changed_pods.clear()
+        self._state.forget_changes()
         self._read_model.rebuild(self.engine, self.tables)
 
     def _update_read_model_and_export(self) -> None:
@@ -453,8 +453,10 @@ class NodeLedger:
     def _publish(self) -> None:
         self._publish_thread = None
         state = self._state
-        self._read_model.rebuild(state.engine, state.tables, state.changed_pods)
-        state.changed_pods.clear()
+        self._read_model.rebuild(
+            state.engine, state.tables, state.changed_pods, state.followed_pool
+        )
+        state.forget_changes()
         self.persistence.schedule_export(state.engine)
         if self.on_change is not None:
             self.on_change()

@@ -15,14 +15,20 @@ from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.adoption import adopt_container, adopt_sandbox, place_in_node_pool
 from nri_plrm.engine.facade import Changes, Engine
 from nri_plrm.engine.resize import resize_container, resize_pod, with_container
-from nri_plrm.engine.spec import AdmissionError, ContainerAssignment, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import (
+    AdmissionError,
+    AssignmentType,
+    ContainerAssignment,
+    ContainerSpec,
+    PodSpec,
+)
 from nri_plrm.engine.spec_json import (
     container_from_dict,
     container_to_dict,
     spec_from_dict,
     spec_to_dict,
 )
-from nri_plrm.ledger.tables import PodRecord, Tables
+from nri_plrm.ledger.tables import ContainerKey, PodRecord, Tables
 from nri_plrm.translate.nri_to_pod import (
     PodIntent,
     as_budget,
@@ -40,17 +46,32 @@ class Transitions:
     """The engine and the tables, changed only by the methods below.
 
     ``changed_pods`` collects the uids whose containers' assignments may have changed since the
-    owner last emptied it (the read model rebuilds those pods).
+    owner last emptied it (the read model rebuilds those pods), ``followed_pool`` the containers
+    that only moved with the node shared pool (see :mod:`.read_model`).
     """
 
     def __init__(self, engine: Engine, tables: Tables | None = None) -> None:
         self.engine = engine
         self.tables = tables or Tables()
         self.changed_pods: set[str] = set()
+        self.followed_pool: set[ContainerKey] = set()
+
+    def note(self, changes: Changes) -> None:
+        """Note the pods of these changed containers for the read model."""
+        for key, assignment in changes.items():
+            if assignment.assignment is AssignmentType.NODE_SHARED:
+                self.followed_pool.add(key)
+            else:
+                self.changed_pods.add(key[0])
+
+    def forget_changes(self) -> None:
+        """Empty ``changed_pods`` and ``followed_pool`` (the read model has them)."""
+        self.changed_pods.clear()
+        self.followed_pool.clear()
 
     def _changed(self, uid: str, changes: Changes) -> Changes:
         self.changed_pods.add(uid)
-        self.changed_pods.update(u for u, _ in changes)
+        self.note(changes)
         return changes
 
     def admit(
