@@ -1,6 +1,7 @@
 """Work in steps: a generator that yields between pieces of a long computation and returns its
-result, so one body of code can run at once (:func:`finish`) or inside the event loop between
-requests (:func:`stepwise`), never holding the loop for more than a short step."""
+result, so one body of code can run at once (:func:`finish`), inside the event loop between
+requests (:func:`stepwise`), never holding the loop for more than a short step, or on a thread
+beside the loop (:func:`beside_loop`), letting the loop have the GIL between pieces."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ Steps = Generator[None, None, T]
 
 STEP_SECONDS = 0.0005
 """How long :func:`stepwise` works before it lets the event loop run."""
+
+THREAD_STEP_SECONDS = 0.0002
+"""How long :func:`beside_loop` holds the GIL before it lets the event loop's thread take it."""
+
+THREAD_PAUSE = 0.00005
+"""How long :func:`beside_loop` sleeps between pieces: long enough for a thread waiting for
+the GIL to take it (a release followed at once by a new acquire usually wins the race)."""
 
 
 def finish(steps: Steps[T]) -> T:
@@ -38,4 +46,22 @@ async def stepwise(steps: Steps[T], seconds: float = STEP_SECONDS, pause: float 
             return done.value  # type: ignore[no-any-return]
         if time.perf_counter() > ends:
             await asyncio.sleep(pause)
+            ends = time.perf_counter() + seconds
+
+
+def beside_loop(
+    steps: Steps[T], seconds: float = THREAD_STEP_SECONDS, pause: float = THREAD_PAUSE
+) -> T:
+    """Run ``steps`` on the calling thread (a worker beside the event loop): after every
+    ``seconds`` of work, sleep ``pause`` so the loop's thread, if it waits for the GIL, takes
+    it. A request arriving meanwhile waits for one piece, not for the whole computation (a
+    thread that never sleeps keeps the GIL for the interpreter's switch interval, 5 ms)."""
+    ends = time.perf_counter() + seconds
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if time.perf_counter() > ends:
+            time.sleep(pause)
             ends = time.perf_counter() + seconds

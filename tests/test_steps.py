@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
-from nri_plrm.steps import Steps, finish, stepwise
+import pytest
+
+from nri_plrm import steps
+from nri_plrm.steps import Steps, beside_loop, finish, stepwise
 
 
 def counted(n: int, log: list[str]) -> Steps[int]:
@@ -56,3 +61,32 @@ def test_stepwise_with_time_to_spare_runs_in_one_go() -> None:
 
     assert asyncio.run(main()) == sum(range(50))
     assert log == ["step"] * 50 + ["other"]
+
+
+def test_beside_loop_sleeps_between_pieces_once_its_time_is_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pauses: list[float] = []
+    monkeypatch.setattr(steps.time, "sleep", pauses.append)
+    log: list[str] = []
+    assert beside_loop(counted(6, log), seconds=0.0, pause=0.001) == sum(range(6))
+    assert log == ["step"] * 6 and pauses == [0.001] * 6
+    pauses.clear()
+    assert beside_loop(counted(6, log), seconds=60.0) == sum(range(6))
+    assert pauses == []
+
+
+def test_beside_loop_lets_another_thread_run_between_pieces() -> None:
+    log: list[str] = []
+    result: list[int] = []
+    worker = threading.Thread(
+        target=lambda: result.append(beside_loop(counted(10, log), seconds=0.0, pause=0.002))
+    )
+    worker.start()
+    while worker.is_alive():
+        log.append("other")
+        time.sleep(0.0005)
+    worker.join()
+    assert result == [sum(range(10))]
+    steps_at = [i for i, entry in enumerate(log) if entry == "step"]
+    assert "other" in log[steps_at[0] : steps_at[-1]]

@@ -45,6 +45,7 @@ from typing import Any
 
 from nri_plrm.checkpoint.atomic import move_aside, open_at, open_dir, write_at
 from nri_plrm.checkpoint.flusher import Flusher
+from nri_plrm.steps import Steps
 
 CURRENT_VERSION = 1
 """The layout version this plugin writes."""
@@ -100,6 +101,47 @@ def canonical_json(data: Any) -> bytes:
     return json.dumps(
         data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
+
+
+SPLIT_DEPTH = 3
+"""Levels of mappings and lists :func:`canonical_json_steps` walks itself (deeper values are
+encoded in one piece each: a pod's record at the third level of the ledger's data)."""
+
+
+def canonical_json_steps(data: Any, path: str = "data") -> Steps[bytes]:
+    """:func:`canonical_json` of ``data`` (the same bytes), yielding between pieces (a value
+    below ``SPLIT_DEPTH`` levels each). Raises TypeError naming the path of a key that is not a
+    string (JSON would turn it into one) or a value JSON cannot hold, ValueError for NaN."""
+    pieces: list[str] = []
+    yield from _json_pieces(data, path, SPLIT_DEPTH, pieces)
+    return "".join(pieces).encode("utf-8")
+
+
+def _json_pieces(value: Any, path: str, depth: int, out: list[str]) -> Steps[None]:
+    if depth and isinstance(value, dict):
+        out.append("{")
+        for n, key in enumerate(sorted(value)):
+            if type(key) is not str:
+                raise TypeError(f"{path}: key {key!r} is {type(key).__name__}, must be a string")
+            out.append(f"{',' if n else ''}{json.dumps(key, ensure_ascii=False)}:")
+            yield from _json_pieces(value[key], f"{path}.{key}", depth - 1, out)
+        out.append("}")
+    elif depth and isinstance(value, (list, tuple)):
+        out.append("[")
+        for n, item in enumerate(value):
+            if n:
+                out.append(",")
+            yield from _json_pieces(item, f"{path}[{n}]", depth - 1, out)
+        out.append("]")
+    else:
+        if _may_have_bad_keys(value):
+            _check_keys(value, path)
+        out.append(
+            json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            )
+        )
+        yield
 
 
 def data_checksum(data: Any) -> str:
@@ -247,6 +289,14 @@ class CheckpointStore:
             if _may_have_bad_keys(data):
                 _check_keys(data, "data")
             return canonical_json(data)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint {self.path}: data is not JSON-able: {exc}") from exc
+
+    def encode_steps(self, data: Mapping[str, Any]) -> Steps[bytes]:
+        """:meth:`encode` in pieces (:func:`canonical_json_steps`), for a thread that lets the
+        event loop run between them. Raises CheckpointError when it is not JSON-able."""
+        try:
+            return (yield from canonical_json_steps(data))
         except (TypeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint {self.path}: data is not JSON-able: {exc}") from exc
 

@@ -17,8 +17,10 @@ from nri_plrm.checkpoint.store import (
     CheckpointError,
     CheckpointStore,
     canonical_json,
+    canonical_json_steps,
     data_checksum,
 )
+from nri_plrm.steps import finish
 
 SAMPLE: dict[str, Any] = {
     "engine": {"default": "2-31", "pods": {"uid-1": {"main-app": "0-1"}}},
@@ -353,3 +355,47 @@ def test_read_only_verifies_without_side_effects(tmp_path: Path) -> None:
         store.read_only()
     assert sorted(p.name for p in d.iterdir()) == ["state.json"]
     assert stat.S_IMODE(d.stat().st_mode) == 0o755
+
+
+deep_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=deep_json)
+def test_stepped_encoding_is_the_canonical_json(data: Any) -> None:
+    assert finish(canonical_json_steps(data)) == canonical_json(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "message"),
+    [
+        ({"pods": {"a": {"x": {1: "y"}}}}, TypeError, r"data\.pods\.a\.x: key 1 is int"),
+        ({"pods": {2: {}}}, TypeError, r"data\.pods: key 2 is int"),
+        ({"pods": [{"a": float("nan")}]}, ValueError, "not JSON compliant"),
+        ({"pods": {"a": {1, 2}}}, TypeError, "set is not JSON serializable"),
+    ],
+)
+def test_stepped_encoding_refuses_what_json_would_change_or_cannot_hold(
+    data: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        finish(canonical_json_steps(data))
+
+
+def test_stepped_encoding_yields_a_piece_per_value_below_the_split_depth(tmp_path: Path) -> None:
+    data = {"engine": {"pods": {f"uid-{n}": {"containers": [n, n + 1]} for n in range(5)}}}
+    assert sum(1 for _ in canonical_json_steps(data)) == 5
+    with pytest.raises(CheckpointError, match="data is not JSON-able"):
+        finish(CheckpointStore(tmp_path).encode_steps({"a": {1: 2}}))
