@@ -6,9 +6,10 @@ Figures:
   a Synchronize, shutdown, a broken journal): the event loop is held for all of it.
 - ``compaction_fold_longest_step_ms_500live``: the longest event-loop step of a fold, the
   compaction the plugin runs beside the requests when the journal is full or the plugin idle
-  (taking the state is one step; checking, encoding and the journal's restart are short ones;
-  the file is written by a worker thread). A request arriving during a fold waits at most
-  about this long for it.
+  (taking the state is one step and the journal's restart another; a worker thread encodes
+  the state in short pieces, letting the loop's thread have the GIL between them, and writes
+  the file; the loop's waits for the GIL count in its steps). A request arriving during a fold
+  waits at most about this long for it.
 - ``compaction_fold_ms_500live``: a fold from start to end (the requests go on meanwhile).
 - ``kubelet_export_blocking_ms_500live`` and ``kubelet_export_longest_step_ms_500live``: the
   same for the kubelet-format files (``[state] kubelet_state_dir``): written at once, and the

@@ -6,8 +6,9 @@ waits for the disk, see docs/design.md §4); the journal is
 folded into a new checkpoint generation once it grows, after a burst once the plugin is idle,
 and after every Synchronize (see docs/design.md, "Durability").
 
-The folds the timers start run beside the requests: the state is taken and encoded in one
-event-loop step and written by a worker thread, while decisions go on into the old journal. The
+The folds the timers start run beside the requests: the state is taken in one event-loop step,
+then encoded in short pieces and written by a worker thread, while decisions go on into the old
+journal. The
 new checkpoint names how many of that journal's records it holds (``FOLDED``), so a death before
 the journal is replaced loses nothing: the records after them are replayed over it. Then, in one
 step, the journal is replaced by one that holds those later records. The kubelet-format export
