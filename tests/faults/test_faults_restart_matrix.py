@@ -177,10 +177,22 @@ async def in_flight_kill(n: Node, cell: str) -> None:
     await launch
 
 
+async def remove_tree(path: Path) -> None:
+    """``rm -rf`` as an operator would, again when the daemon wrote into the directory while it
+    was being emptied (a fold's worker thread writes its file beside the requests)."""
+    for _ in range(100):
+        try:
+            shutil.rmtree(path)
+            return
+        except OSError:
+            await asyncio.sleep(0.01)
+    shutil.rmtree(path)
+
+
 async def apply_fault(n: Node, fault: str, cell: str) -> dict[str, CPUSet]:
     """Take the plugin away as ``fault`` says; returns the exclusive cpusets to keep."""
     if fault == "dir-deleted":
-        shutil.rmtree(n.state)
+        await remove_tree(n.state)
         await n.rt.launch(single(f"{cell}-after-rm", 1))  # acknowledged after the loss
         await n.rt.settle()
     before = exclusive_cpus(n.rt)
