@@ -3,20 +3,18 @@
 ``Plugin`` implements the wire layer's ``Handlers`` contract (``nri_plrm.nri.stub``): it turns
 NRI events into :class:`~nri_plrm.ledger.NodeLedger` decisions (whole-pod mode when a
 ``PodSpecSource`` knows the pod, NRI-only inference otherwise), answers with adjustments and
-updates, and hands pool growth after removals to the :class:`UpdateFlusher`, which sends it
-with an asynchronous ``UpdateContainers`` (never from inside a handler).
+updates, and hands pool changes after removals and resizes to the flusher of
+:mod:`nri_plrm.pool_updates`, which sends them with an asynchronous ``UpdateContainers`` (never
+from inside a handler).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.explain import explain_rejection, rejection_text
@@ -33,6 +31,13 @@ from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.metrics import Metrics
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
+from nri_plrm.pool_updates import (
+    SentUpdates,
+    UpdateFlusher,
+    UpdateSender,
+    reply_updates,
+    targets_for,
+)
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.reconcile import Reconciler
 from nri_plrm.resizes import Resizes
@@ -51,66 +56,11 @@ from nri_plrm.translate.pod_to_cri import (
     fill_assignment,
 )
 
-UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
-"""Sends an unsolicited ``UpdateContainers`` (the stub's ``update_containers``)."""
-
 INVALID_RESOURCES = "InvalidResources"
 """Reason given when a container's NRI resources cannot be read."""
 UNPLACED_REASON = "UnexpectedAdmissionError"
 """Reason counted and posted when a running container cannot get its allocation (the kubelet's
 reason for an allocation that fails after admission)."""
-
-
-class UpdateFlusher:
-    """Sends the current assignment of queued containers with ``UpdateContainers``, once the
-    handler that queued them has replied."""
-
-    def __init__(self, ledger: NodeLedger, logger: logging.Logger) -> None:
-        self.ledger = ledger
-        self.log = logger
-        self.sender: UpdateSender | None = None
-        self._queued: set[ContainerKey] = set()
-        self._task: asyncio.Task[None] | None = None
-
-    def queue(self, keys: Iterable[ContainerKey]) -> None:
-        """Send these containers' assignments soon (no-op without a sender or a loop)."""
-        if self.sender is None:
-            return
-        self._queued.update(keys)
-        if self._queued and (self._task is None or self._task.done()):
-            with contextlib.suppress(RuntimeError):
-                self._task = asyncio.get_running_loop().create_task(self._flush())
-
-    def clear(self) -> None:
-        """Drop the queue (a Synchronize answers for every container)."""
-        self._queued.clear()
-
-    def cancel(self) -> None:
-        """Drop the queue and stop sending (connection lost)."""
-        self._queued.clear()
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-
-    async def drain(self) -> None:
-        """Wait until queued updates have been sent (tests, shutdown)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
-
-    async def _flush(self) -> None:
-        await asyncio.sleep(0)
-        while self._queued and self.sender is not None:
-            keys, self._queued = self._queued, set()
-            updates = updates_for(self.ledger, self.ledger.assignments(sorted(keys)))
-            if not updates:
-                continue
-            try:
-                failed = await self.sender(updates)
-            except Exception as exc:  # the runtime reports failures without details
-                self.log.warning("pool update of %d containers failed: %s", len(updates), exc)
-                continue
-            if failed:
-                self.log.warning("pool update failed for %d containers", len(failed))
 
 
 class Plugin:
@@ -140,7 +90,9 @@ class Plugin:
         self._lookups: dict[str, PodSpec | None] | None = None
         """Pod spec lookups already made during the current Synchronize."""
         self.runtime = ("", "")
-        self.flusher = UpdateFlusher(ledger, self.log)
+        self.sent = SentUpdates()
+        """What the runtime was sent lately: updates that would repeat it are left out."""
+        self.flusher = UpdateFlusher(ledger, self.log, self.sent)
         self.inference = SingleContainerInference(ledger, self.log, self._event)
         self.resizes = Resizes(
             ledger,
@@ -176,6 +128,7 @@ class Plugin:
         sender = self.flusher.sender
         if sender is None or not updates:
             return 0, 0
+        self.sent.clear()  # these cpusets are not the assignments: nothing sent is known now
         return len(updates), len(await sender(updates) or ())
 
     # ----------------------------------------------------------------- NRI handlers
@@ -256,14 +209,19 @@ class Plugin:
             assignment = self.node_pool_fallback(
                 record, container, "the pod could not be placed", counted=False
             )
+            self.sent.record([(container.id, assignment)])
             return _adjustment(assignment), []
         assignment, changes, kind = self.place_inferred(record, container)
         adjust = _adjustment(assignment)
+        self.sent.record([(container.id, assignment)])
         owed, self._changed_at_admission = self._changed_at_admission, {}
         later = self.ledger.assignments(key for key in owed if key not in changes)
-        updates = updates_for(self.ledger, {**changes, **later}, exclude=container.id)
+        updates = reply_updates(
+            self.sent, targets_for(self.ledger, {**changes, **later}, container.id)
+        )
         if kind == DEMOTE:
             updates = self.inference.with_budget_quota(record, updates)
+            self.sent.forget(record.containers.values())  # their updates carried the quota too
         return adjust, updates
 
     def place_inferred(
@@ -284,10 +242,13 @@ class Plugin:
             return []
         old = self.ledger.engine.container_spec(*key)
         new = resized_container(record.intent, old, resources) if old is not None else None
-        if new is None:
-            return updates_for(self.ledger, self.ledger.assignments([key]))
+        if new is None:  # the kubelet's values replaced the pinning: assert it again
+            again = targets_for(self.ledger, self.ledger.assignments([key]))
+            self.sent.record(again)
+            return assignment_updates(again)
         assignment, changes = self.resizes.container(record, key[1], new)
-        others = updates_for(self.ledger, changes, exclude=container.id)
+        self.sent.record([(container.id, assignment)])
+        others = reply_updates(self.sent, targets_for(self.ledger, changes, container.id))
         return [assignment_update(container.id, assignment), *others]
 
     def update_pod_sandbox(
@@ -319,13 +280,14 @@ class Plugin:
         if key is None:
             return []
         changes = self.ledger.stop(key)
-        return updates_for(self.ledger, changes, exclude=container.id)
+        return reply_updates(self.sent, targets_for(self.ledger, changes, container.id))
 
     def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None:
         """Release the container per the kubelet's rules; grown pools are sent asynchronously."""
         if self.ledger.container(container.id) is None:
             return
-        self._send_later(self.ledger.remove_container(container.id))
+        self.flusher.queue(self.ledger.remove_container(container.id), grown=True)
+        self.sent.forget([container.id])
 
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
         """Release everything the pod holds; grown pools are sent asynchronously. Removing a
@@ -336,13 +298,16 @@ class Plugin:
             return
         released, changes = self.ledger.remove_pod(uid)
         if released is not None:
+            self.sent.forget(released.containers.values())
+        if released is not None:
             self.log.info(
                 "pod=%s uid=%s released",
                 released.label(),
                 uid,
                 extra={"plrm": {"event": "release", "pod": released.label(), "uid": uid}},
             )
-        self._send_later(changes)
+        if not self.ledger.in_batch:
+            self.flusher.queue(changes, grown=True)
 
     async def synchronize(
         self, pods: list[api.PodSandbox], containers: list[api.Container]
@@ -368,6 +333,7 @@ class Plugin:
                 gc.freeze()  # what it built lives as long as the plugin: no collection walks it
                 gc.enable()
         self.flusher.clear()
+        self.sent.clear()
         self._changed_at_admission.clear()
         reconciler.log_summary(len(pods), len(containers), len(updates), start)
         return updates
@@ -379,8 +345,10 @@ class Plugin:
         return logging.DEBUG if self.ledger.in_batch else logging.INFO
 
     def on_disconnect(self) -> None:
-        """Connection lost: pending pool updates are dropped (the next Synchronize redoes them)."""
+        """Connection lost: pending pool updates are dropped (the next Synchronize redoes them)
+        and nothing sent before is trusted."""
         self.flusher.cancel()
+        self.sent.clear()
 
     # ----------------------------------------------------------------- internals
 
@@ -462,7 +430,8 @@ class Plugin:
             self.metrics.record_reconcile(action)
 
     def _send_later(self, changes: Iterable[ContainerKey]) -> None:
-        """Queue pool growth for the flusher (Synchronize answers for everything itself)."""
+        """Queue pool changes for the flusher, sent right after the reply (Synchronize answers
+        for everything itself)."""
         if not self.ledger.in_batch:
             self.flusher.queue(changes)
 
@@ -494,19 +463,6 @@ class Plugin:
                 }
             },
         )
-
-
-def updates_for(
-    ledger: NodeLedger, changes: Mapping[ContainerKey, ContainerAssignment], *, exclude: str = ""
-) -> list[api.ContainerUpdate]:
-    """``ContainerUpdate`` messages for these assignments, to the containers that have an id
-    (``exclude``: the one the reply adjusts)."""
-    ids = ledger.tables.container_id
-    return assignment_updates(
-        (cid, assignment)
-        for key, assignment in changes.items()
-        if (cid := ids(key)) is not None and cid != exclude
-    )
 
 
 def _reason(assignment: ContainerAssignment) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.pool_updates import GROWTH_DELAY
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 from nri_plrm.ttrpc.transport import ChannelClosed
@@ -185,12 +186,15 @@ class FakeRuntime:
         return len(new)
 
     async def settle(self, timeout: float = 5.0) -> None:
-        """Wait until the plugin's queued UpdateContainers have arrived, then apply them."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        quiet = 0
-        while quiet < 5 and asyncio.get_running_loop().time() < deadline:
+        """Wait until the plugin's queued UpdateContainers have arrived (a grown pool's wait
+        ``GROWTH_DELAY`` first), then apply them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        quiet_until = loop.time() + GROWTH_DELAY + 0.05
+        while loop.time() < min(quiet_until, deadline):
             await asyncio.sleep(0.01)
-            quiet = 0 if self.apply_unsolicited() else quiet + 1
+            if self.apply_unsolicited():
+                quiet_until = loop.time() + GROWTH_DELAY + 0.05
 
     # ----------------------------------------------------------------- views
 

@@ -1,0 +1,214 @@
+"""Pool updates to the runtime: a pool that grows waits ``GROWTH_DELAY``, so churn that takes the
+same CPUs back sends nothing; an update repeating what the runtime was just sent is left out;
+after any of this the runtime holds every container's decision."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from inprocess_pods import start
+from plrm_harness import serve
+from plrm_invariants import check
+
+from nri_plrm.checkpoint.store import CheckpointStore
+from nri_plrm.config_file import parse_config
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, ContainerSpec, PodSpec
+from nri_plrm.ledger import NodeLedger
+from nri_plrm.plugin import Plugin
+from nri_plrm.pool_updates import GROWTH_DELAY, SentUpdates
+from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.topology.machines import MACHINES
+from nri_plrm.translate.pod_to_cri import nri_container, nri_pod_sandbox
+
+CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
+GI = 1 << 30
+
+
+def new_plugin(state: Path) -> Plugin:
+    plugin = Plugin(
+        NodeLedger(
+            Engine(MACHINES["default"], parse_config(CONFIG).engine_config()),
+            store=CheckpointStore(state),
+        )
+    )
+    plugin.ledger.open()
+    return plugin
+
+
+def best_effort(n: int) -> PodSpec:
+    return PodSpec(uid=f"be-{n}", name=f"be-{n}", containers=(ContainerSpec("c"),))
+
+
+def guaranteed(n: int) -> PodSpec:
+    two = {"cpu": 2000, "memory": GI}
+    return PodSpec(
+        uid=f"g-{n}", name=f"g-{n}", containers=(ContainerSpec("main", requests=two, limits=two),)
+    )
+
+
+def updates_to(sim: object, cids: set[str]) -> int:
+    """Updates the runtime received for these containers (replies and UpdateContainers)."""
+    count = 0
+    for record in sim.records:  # type: ignore[attr-defined]
+        reply = record.reply
+        if reply is not None and hasattr(reply, "update"):
+            count += sum(1 for u in reply.update if u.container_id in cids)
+    for request in sim.unsolicited:  # type: ignore[attr-defined]
+        count += sum(1 for u in request.update if u.container_id in cids)
+    return count
+
+
+def test_churn_that_takes_the_same_cpus_back_sends_the_pool_nothing(tmp_path: Path) -> None:
+    plugin = new_plugin(tmp_path / "state")
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            rt, sim = s.runtime, s.sim
+            sandboxes = [await rt.launch(best_effort(n)) for n in range(3)]
+            shared = {rt.id_of(sandbox, "c") for sandbox in sandboxes}
+            first = await rt.launch(guaranteed(0))
+            await rt.settle()
+            before = updates_to(sim, shared)
+            assert before == 3  # the first admission moved the pool once
+            for n in range(1, 6):  # remove and admit again, faster than GROWTH_DELAY
+                await rt.remove_pod(first)
+                first = await rt.launch(guaranteed(n))
+            await rt.settle()
+            assert updates_to(sim, shared) == before
+            await rt.remove_pod(first)
+            await rt.settle()  # the pool grew for good: sent once, after the delay
+            assert updates_to(sim, shared) == before + 3
+            assert check(plugin.ledger.engine, rt, {p.uid for p in rt.pods.values()}) == []
+
+    asyncio.run(main())
+
+
+def test_a_grown_pool_waits_and_a_shrunk_one_is_in_the_reply(tmp_path: Path) -> None:
+    plugin = new_plugin(tmp_path / "state")
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            rt, sim = s.runtime, s.sim
+            be = await rt.launch(best_effort(0))
+            cid = rt.id_of(be, "c")
+            pod = await rt.launch(guaranteed(0))
+            exclusive = rt.cpus_of(pod, "main")
+            assert not rt.cpus_of(be, "c") & exclusive  # in the CreateContainer reply
+            await rt.remove_pod(pod)
+            await asyncio.sleep(GROWTH_DELAY / 5)
+            assert not sim.unsolicited
+            await rt.settle()
+            assert exclusive <= rt.cpus_of(be, "c")
+            assert updates_to(sim, {cid}) == 2
+
+    asyncio.run(main())
+
+
+def test_a_failed_update_is_sent_again(tmp_path: Path) -> None:
+    plugin = new_plugin(tmp_path / "state")
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            rt, sim = s.runtime, s.sim
+            be = await rt.launch(best_effort(0))
+            cid = rt.id_of(be, "c")
+            sim.fail_update_ids.add(cid)
+            pod = await rt.launch(guaranteed(0))
+            await rt.remove_pod(pod)
+            await rt.settle()
+            assert len(sim.unsolicited) == 1  # refused: what the container has is unknown now
+            assert plugin.sent.new([(cid, _pool(plugin))]) == [(cid, _pool(plugin))]
+            sim.fail_update_ids.clear()
+            again = await rt.launch(guaranteed(1))
+            await rt.remove_pod(again)
+            await rt.settle()
+            assert rt.cpus_of(be, "c") == plugin.ledger.engine.node_shared_pool()
+
+    asyncio.run(main())
+
+
+def _pool(plugin: Plugin) -> ContainerAssignment:
+    return plugin.ledger.engine.node_shared_assignment()
+
+
+def test_sent_updates_are_trusted_for_a_while() -> None:
+    now = [100.0]
+    sent = SentUpdates(remember=60.0, clock=lambda: now[0])
+    a = ContainerAssignment(AssignmentType.NODE_SHARED, CPUSet.parse("0-3"), CPUSet())
+    b = ContainerAssignment(AssignmentType.NODE_SHARED, CPUSet.parse("0-5"), CPUSet())
+    assert sent.new([("x", a)]) == [("x", a)]
+    sent.record([("x", a)])
+    assert sent.new([("x", a), ("y", a)]) == [("y", a)]
+    assert sent.new([("x", b)]) == [("x", b)]
+    assert sent.new([("x", ContainerAssignment(a.assignment, CPUSet.parse("0-3"), CPUSet()))]) == []
+    now[0] += 60.5
+    assert sent.new([("x", a)]) == [("x", a)]
+    sent.record([("x", a)])
+    sent.forget(["x"])
+    assert sent.new([("x", a)]) == [("x", a)]
+    sent.record([("x", a), ("y", b)])
+    sent.clear()
+    assert len(sent) == 0
+
+
+def test_a_container_that_moved_while_its_update_was_out_is_sent_again(tmp_path: Path) -> None:
+    """The runtime holds what reached it last: when a decision moves the pool while an
+    ``UpdateContainers`` is out, the containers it named are sent their new assignment."""
+    plugin = new_plugin(tmp_path / "state")
+    sent: list[list[tuple[str, str]]] = []
+
+    async def main() -> None:
+        async def sender(updates: list[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
+            sent.append([(u.container_id, u.linux.resources.cpu.cpus) for u in updates])
+            if len(sent) == 1:  # a pod is admitted while this request is out
+                await start(plugin, guaranteed(1))
+            return []
+
+        plugin.attach(sender)
+        await start(plugin, best_effort(0))
+        await start(plugin, guaranteed(0))
+        sandbox = nri_pod_sandbox(guaranteed(0))
+        plugin.remove_container(sandbox, nri_container(guaranteed(0), guaranteed(0).containers[0]))
+        plugin.remove_pod_sandbox(sandbox)
+        await plugin.drain()
+        cid = nri_container(best_effort(0), best_effort(0).containers[0]).id
+        assert [s for s in sent if s] == [
+            [(cid, sent[0][0][1])],
+            [(cid, str(plugin.ledger.engine.node_shared_pool()))],
+        ]
+        assert sent[0][0][1] != str(plugin.ledger.engine.node_shared_pool())
+
+    asyncio.run(main())
+
+
+def test_an_update_that_never_got_an_answer_is_not_trusted(tmp_path: Path) -> None:
+    """An ``UpdateContainers`` that failed without an answer may have been applied: when the
+    pool comes back to what the container was sent before, it is sent again."""
+    plugin = new_plugin(tmp_path / "state")
+
+    async def main() -> None:
+        async def sender(updates: list[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
+            raise ConnectionError("connection closed")
+
+        plugin.attach(sender)
+        await start(plugin, best_effort(0))
+        await start(plugin, guaranteed(0))
+        cid = nri_container(best_effort(0), best_effort(0).containers[0]).id
+        shrunk = _pool(plugin)
+        plugin.remove_pod_sandbox(nri_pod_sandbox(guaranteed(0)))
+        await plugin.drain()
+        again = guaranteed(1)
+        sandbox = nri_pod_sandbox(again)
+        await plugin.run_pod_sandbox(sandbox)
+        _, updates = await plugin.create_container(
+            sandbox, nri_container(again, again.containers[0])
+        )
+        assert _pool(plugin) == shrunk
+        assert [(u.container_id, u.linux.resources.cpu.cpus) for u in updates] == [
+            (cid, str(shrunk.cpus))
+        ]
+
+    asyncio.run(main())
