@@ -19,7 +19,6 @@ from typing import Any
 from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.cpu_assignment import (
     CPUAllocationError,
-    take_by_topology,
     topology_index,
 )
 from nri_plrm.engine.cpu_hints import generate_cpu_hints
@@ -35,6 +34,7 @@ from nri_plrm.engine.cpu_requests import (
     validate_pod_scope_resources,
 )
 from nri_plrm.engine.cpu_state import parse_state, reusable_init_cpus, validate_state
+from nri_plrm.engine.cpu_takes import KeptTakes
 from nri_plrm.engine.spec import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
@@ -73,7 +73,7 @@ class CPUManager:
         validate_static_policy_options(self.options, topology, topology_manager_policy)
         self._ix = topology_index(topology)
         self._plrm = config.pod_level_resource_managers
-        self._take = self.options.take_options
+        self._takes = KeptTakes(topology, self.options.take_options)
         self._reserved = self._pick_reserved()
         self._reserved_physical = CPUSet.from_mask(self._ix.siblings_mask(self._reserved.mask))
         self._all = topology.all_cpus
@@ -214,7 +214,7 @@ class CPUManager:
 
     # -- policy primitives -------------------------------------------------------------------
     def _take_by_topology(self, available: CPUSet, n: int) -> CPUSet:
-        return take_by_topology(self.topology, available, n, options=self._take)
+        return self._takes.take(available, n)
 
     def require_whole_cores(self, n: int) -> None:
         """With ``full-pcpus-only``, refuse ``n`` CPUs that are not whole cores."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from cpu_pods import container, make_pod, pod_level
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine import cpu_takes
 from nri_plrm.engine.cpu_assignment import CPUAllocationError, TakeOptions, take_by_topology
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig
@@ -184,3 +186,33 @@ def test_allocate_then_remove_restores_the_default_set(cpus: int) -> None:
     assert len(manager.assignment("p", "c") or CPUSet()) == cpus
     manager.remove_container("p", "c")
     assert manager.default_cpuset == MACHINE.all_cpus
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    questions=st.lists(
+        st.tuples(st.sets(st.integers(0, 79), min_size=1, max_size=20), st.integers(1, 6)),
+        min_size=1,
+        max_size=10,
+    ),
+    distribute=st.booleans(),
+)
+def test_kept_takes_equal_take_by_topology(
+    questions: list[tuple[set[int], int]], distribute: bool
+) -> None:
+    """The manager keeps its last ``takeByTopology`` answers: asked in turn (repeats, more than
+    it keeps), each equals the function's answer for the same free CPUs."""
+    options = {"distribute-cpus-across-numa": distribute}
+    manager = CPUManager(MACHINE, CPUManagerConfig(reserved_cpu_count=0, options=options))
+    take = TakeOptions(distribute_cpus_across_numa=distribute)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu_takes, "RECENT_TAKES", 3)
+        for cpus, n in questions * 2:
+            available = CPUSet(cpus)
+            try:
+                want = take_by_topology(MACHINE, available, n, options=take)
+            except CPUAllocationError as err:
+                with pytest.raises(CPUAllocationError, match=str(err).split(":")[0]):
+                    manager._take_by_topology(available, n)
+                continue
+            assert manager._take_by_topology(available, n) == want
