@@ -13,7 +13,7 @@ new checkpoint names how many of that journal's records it holds (``FOLDED``), s
 the journal is replaced loses nothing: the records after them are replayed over it. Then, in one
 step, the journal is replaced by one that holds those later records. The kubelet-format export
 runs beside the requests too, encoded in short steps (it comes after every burst of changes,
-where a fold comes every 1,000 decisions).
+where a fold comes every 4,000 decisions).
 """
 
 from __future__ import annotations
@@ -46,8 +46,11 @@ from nri_plrm.ledger.observer import LedgerObserver
 from nri_plrm.ledger.transitions import Op
 from nri_plrm.steps import beside_loop, finish, stepwise
 
-COMPACT_RECORDS = 1000
-"""Journal records after which the journal is folded into a full checkpoint."""
+COMPACT_RECORDS = 4000
+"""Journal records after which the journal is folded into a full checkpoint. A fold disturbs
+the requests around it (its copy of the state is one event-loop step, its encoding shares the
+GIL); a longer journal costs a restart about 70 us per record to replay (0.3 s at most here,
+docs/performance.md, fourth round). Between bursts the idle fold keeps the journal short."""
 COMPACT_BYTES = 4 << 20
 COMPACT_DELAY = 0.05
 """Seconds after the decision that filled the journal before compacting (off the reply path)."""
