@@ -38,15 +38,13 @@ def finish(steps: Steps[T]) -> T:
 async def stepwise(steps: Steps[T], seconds: float = STEP_SECONDS, pause: float = 0.0) -> T:
     """Run ``steps`` in the running event loop: after every ``seconds`` of work, let it run
     other callbacks for ``pause`` seconds (at least one round); their result."""
-    ends = time.perf_counter() + seconds
+    timed = _timed(steps, seconds)
     while True:
         try:
-            next(steps)
+            next(timed)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
-        if time.perf_counter() > ends:
-            await asyncio.sleep(pause)
-            ends = time.perf_counter() + seconds
+        await asyncio.sleep(pause)
 
 
 def beside_loop(
@@ -56,6 +54,17 @@ def beside_loop(
     ``seconds`` of work, sleep ``pause`` so the loop's thread, if it waits for the GIL, takes
     it. A request arriving meanwhile waits for one piece, not for the whole computation (a
     thread that never sleeps keeps the GIL for the interpreter's switch interval, 5 ms)."""
+    timed = _timed(steps, seconds)
+    while True:
+        try:
+            next(timed)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        time.sleep(pause)
+
+
+def _timed(steps: Steps[T], seconds: float) -> Steps[T]:
+    """``steps`` yielding only once ``seconds`` of work have passed since the last yield."""
     ends = time.perf_counter() + seconds
     while True:
         try:
@@ -63,5 +72,5 @@ def beside_loop(
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         if time.perf_counter() > ends:
-            time.sleep(pause)
+            yield
             ends = time.perf_counter() + seconds

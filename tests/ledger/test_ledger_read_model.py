@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from inprocess_pods import pod_level
 
 from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import (
     AdmissionError,
     AssignmentType,
-    ContainerKind,
     ContainerSpec,
     PodSpec,
 )
@@ -42,16 +42,7 @@ def spec_of(kind: str, uid: str) -> PodSpec:
         return PodSpec(
             uid=uid, name=uid, containers=(ContainerSpec("m", requests=half, limits=half),)
         )
-    one = {"cpu": 1000, "memory": GI}
-    budget = {"cpu": 2000, "memory": 2 * GI}
-    return PodSpec(
-        uid=uid,
-        name=uid,
-        init_containers=(ContainerSpec("side", ContainerKind.SIDECAR),),
-        containers=(ContainerSpec("main", requests=one, limits=one),),
-        requests=budget,
-        limits=budget,
-    )
+    return pod_level(uid)
 
 
 def expected(ledger: NodeLedger) -> dict[str, dict[str, object]]:
