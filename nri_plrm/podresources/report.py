@@ -9,6 +9,8 @@ reply so device consumers keep working when pointed at this endpoint.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, MemoryBlock
 from nri_plrm.ledger.view import (
     ContainerView,
@@ -17,6 +19,7 @@ from nri_plrm.ledger.view import (
     reported_containers,
 )
 from nri_plrm.proto import podresources_api_pb2 as pb
+from nri_plrm.steps import Steps, finish
 
 
 def memory_message(block: MemoryBlock) -> pb.ContainerMemory:
@@ -58,7 +61,18 @@ def pod_message(pod: PodView) -> pb.PodResources:
 
 def list_response(view: PodResourcesView) -> pb.ListPodResourcesResponse:
     """``List``: every pod."""
-    return pb.ListPodResourcesResponse(pod_resources=[pod_message(p) for p in view.pods()])
+    return finish(list_steps(view.pods()))
+
+
+def list_steps(pods: Sequence[PodView]) -> Steps[pb.ListPodResourcesResponse]:
+    """``List`` of ``pods``, yielding after each pod's message: a server thread runs it with
+    ``steps.beside_loop`` so the event loop's thread can take the GIL between pods (a reply of
+    500 containers holds it for a few milliseconds)."""
+    messages = []
+    for pod in pods:
+        messages.append(pod_message(pod))
+        yield
+    return pb.ListPodResourcesResponse(pod_resources=messages)
 
 
 def allocatable_response(view: PodResourcesView) -> pb.AllocatableResourcesResponse:

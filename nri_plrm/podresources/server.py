@@ -33,6 +33,7 @@ from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.proto import podresources_api_pb2 as pb
 from nri_plrm.ratelimit import TokenBucket
+from nri_plrm.steps import beside_loop
 
 SERVICE_NAME = "v1.PodResourcesLister"
 RATE_LIMIT_MESSAGE = "rejected by rate limit"
@@ -97,7 +98,7 @@ class PodResourcesService:
             cached = self._list_cache
             if cached is not None and cached[0] is pods:
                 return cached[1]
-        reply = pb.ListPodResourcesResponse(pod_resources=[report.pod_message(p) for p in pods])
+        reply = beside_loop(report.list_steps(pods))
         with self._lock:
             self._list_cache = (pods, reply)
         return reply

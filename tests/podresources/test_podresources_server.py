@@ -8,6 +8,7 @@ import stat
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -18,6 +19,8 @@ from nri_plrm.config import PodResourcesSettings
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, ContainerKind, MemoryBlock
 from nri_plrm.ledger.view import ContainerView, PodView
+from nri_plrm.podresources import report
+from nri_plrm.podresources import server as server_module
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.podresources.server import (
     PodResourcesServer,
@@ -27,6 +30,7 @@ from nri_plrm.podresources.server import (
 )
 from nri_plrm.proto import podresources_api_pb2 as pb
 from nri_plrm.ratelimit import TokenBucket
+from nri_plrm.steps import beside_loop
 
 GI = 1024**3
 
@@ -325,3 +329,41 @@ def test_list_follows_new_snapshots(sock: str) -> None:
     finally:
         c.close()
         server.stop()
+
+
+def test_list_is_built_a_pod_at_a_time() -> None:
+    """The server builds ``List`` in steps (one per pod) that a thread beside the event loop
+    runs with pauses; the reply is the one built at once."""
+    pods = VIEW.pods()
+    steps = report.list_steps(pods)
+    pieces = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            reply = done.value
+            break
+        pieces += 1
+    assert pieces == len(pods) > 1
+    assert reply == pb.ListPodResourcesResponse(pod_resources=[report.pod_message(p) for p in pods])
+    assert report.list_response(VIEW) == reply
+
+
+def test_the_server_builds_list_beside_the_loop(sock: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``List`` replies are built with ``steps.beside_loop`` (pauses between pods), once per
+    published snapshot."""
+    runs: list[int] = []
+
+    def counted(steps: Any, *args: Any) -> Any:
+        runs.append(1)
+        return beside_loop(steps, *args)
+
+    monkeypatch.setattr(server_module, "beside_loop", counted)
+    server = serve(VIEW, sock)
+    c = RawPodResourcesClient(sock)
+    try:
+        assert len(c.list()) == 2 and len(c.list()) == 2
+    finally:
+        c.close()
+        server.stop()
+    assert runs == [1]
