@@ -52,7 +52,6 @@ from nri_plrm.translate.nri_to_pod import (
 )
 from nri_plrm.translate.pod_to_cri import (
     assignment_update,
-    assignment_updates,
     fill_assignment,
 )
 
@@ -243,9 +242,8 @@ class Plugin:
         old = self.ledger.engine.container_spec(*key)
         new = resized_container(record.intent, old, resources) if old is not None else None
         if new is None:  # the kubelet's values replaced the pinning: assert it again
-            again = targets_for(self.ledger, self.ledger.assignments([key]))
-            self.sent.record(again)
-            return assignment_updates(again)
+            current = targets_for(self.ledger, self.ledger.assignments([key]))
+            return reply_updates(self.sent, current, again=True)
         assignment, changes = self.resizes.container(record, key[1], new)
         self.sent.record([(container.id, assignment)])
         others = reply_updates(self.sent, targets_for(self.ledger, changes, container.id))
@@ -286,7 +284,7 @@ class Plugin:
         """Release the container per the kubelet's rules; grown pools are sent asynchronously."""
         if self.ledger.container(container.id) is None:
             return
-        self.flusher.queue(self.ledger.remove_container(container.id), grown=True)
+        self._send_later(self.ledger.remove_container(container.id), grown=True)
         self.sent.forget([container.id])
 
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
@@ -306,8 +304,7 @@ class Plugin:
                 uid,
                 extra={"plrm": {"event": "release", "pod": released.label(), "uid": uid}},
             )
-        if not self.ledger.in_batch:
-            self.flusher.queue(changes, grown=True)
+        self._send_later(changes, grown=True)
 
     async def synchronize(
         self, pods: list[api.PodSandbox], containers: list[api.Container]
@@ -429,11 +426,11 @@ class Plugin:
         if self.metrics is not None:
             self.metrics.record_reconcile(action)
 
-    def _send_later(self, changes: Iterable[ContainerKey]) -> None:
-        """Queue pool changes for the flusher, sent right after the reply (Synchronize answers
-        for everything itself)."""
+    def _send_later(self, changes: Iterable[ContainerKey], *, grown: bool = False) -> None:
+        """Queue pool changes for the flusher: right after the reply, or after its delay for
+        pools that only ``grown`` (Synchronize answers for everything itself)."""
         if not self.ledger.in_batch:
-            self.flusher.queue(changes)
+            self.flusher.queue(changes, grown=grown)
 
     def decision_log(
         self, record: PodRecord, container: str, assignment: ContainerAssignment | None, reason: str

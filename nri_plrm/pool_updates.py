@@ -197,9 +197,12 @@ def targets_for(
     ]
 
 
-def reply_updates(sent: SentUpdates, targets: list[Target]) -> list[api.ContainerUpdate]:
-    """The updates a reply carries for ``targets``: those the runtime was not sent lately
-    (remembered as sent from now on)."""
-    targets = sent.new(targets)
+def reply_updates(
+    sent: SentUpdates, targets: list[Target], *, again: bool = False
+) -> list[api.ContainerUpdate]:
+    """The updates a reply carries for ``targets``: those the runtime was not sent lately, or
+    all of them ``again`` (re-asserting what the runtime replaced); remembered as sent."""
+    if not again:
+        targets = sent.new(targets)
     sent.record(targets)
     return assignment_updates(targets)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Collection
+from collections.abc import Set as AbstractSet
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
@@ -43,7 +44,7 @@ class ReadModel:
         engine: Engine,
         tables: Tables,
         uids: Collection[str] | None = None,
-        followed_pool: Collection[ContainerKey] = (),
+        followed_pool: AbstractSet[ContainerKey] = frozenset(),
     ) -> None:
         """Rebuild the views of ``uids`` (every pod when None) and publish a new snapshot.
         ``followed_pool``: containers that only moved with the node shared pool; their pods are
@@ -52,7 +53,7 @@ class ReadModel:
             self._views.clear()
             self._on_pool.clear()
             uids = list(tables.pods)
-        stale = {uid for uid, _ in set(followed_pool) - self._on_pool}
+        stale = {uid for uid, _ in followed_pool - self._on_pool}
         stale.difference_update(uids)
         pool = engine.node_shared_assignment()
         if not uids and not stale and pool is self._snapshot.pool:
