@@ -9,8 +9,8 @@ the test runtime model, with NRI messages from the kubelet translation.
   pod-level pods (one exclusive CPU, one pod-shared container) created and removed in turn; the
   first container of each carries the node-shared pool updates (100 containers) unless the
   runtime already has that pool: the previous pod held the same CPUs and the growth after its
-  removal was still waiting (``nri_plrm.pool_updates``; most pods here, since they follow each
-  other within 50 ms).
+  removal was still waiting (``nri_plrm.pool_updates``: until decisions pause for 50 ms, 1 s at
+  most; most pods here).
 - ``synchronize_1000_ms``: the Synchronize a restarted plugin answers with its checkpoint, for
   1,000 containers (100 pod-level pods of 5, 500 BestEffort pods).
 - ``synchronize_1000_adopt_ms``: the same without a checkpoint (every container adopted).

@@ -7,9 +7,11 @@ that every NRI event holds. When pods come and go, the node shared pool moves ba
 between the same sets of CPUs: a removal grows it, the next admission shrinks it again, and
 every best-effort container on the node would be updated twice for nothing. So:
 
-- a pool that grew is sent after ``GROWTH_DELAY`` (:class:`UpdateFlusher`); other changes are
-  sent right after the reply (a shrinking pool always goes in the reply of the event that
-  shrank it, before the container that takes the CPUs starts);
+- a pool that grew is sent once no decision was made for ``GROWTH_DELAY``, and at the latest
+  ``GROWTH_WAIT_MAX`` after the growth (:class:`UpdateFlusher`): during a pod-start storm every
+  admission may take the freed CPUs back. Other changes are sent right after the reply (a
+  shrinking pool always goes in the reply of the event that shrank it, before the container
+  that takes the CPUs starts);
 - an assignment sent in an adjustment or an update (and not reported failed) is remembered for
   ``REMEMBER_SECONDS`` (:class:`SentUpdates`); an update that would send the same assignment
   within that time is left out. The memory is short on purpose: containerd logs and ignores a
@@ -92,14 +94,20 @@ class SentUpdates:
 
 
 GROWTH_DELAY = 0.05
-"""Seconds a pool that grew (a container or pod removed) waits before its containers are
-updated: when the next admission takes the same CPUs back meanwhile, nothing is sent."""
+"""Seconds without a decision that a pool that grew (a container or pod removed) waits before
+its containers are updated: when the next admission takes the same CPUs back meanwhile,
+nothing is sent."""
+
+GROWTH_WAIT_MAX = 1.0
+"""Seconds a grown pool waits at most, however busy the node (the kubelet itself moves shared
+pool containers every 10 s)."""
 
 
 class UpdateFlusher:
     """Sends the current assignment of queued containers with ``UpdateContainers``, once the
-    handler that queued them has replied (after ``GROWTH_DELAY`` for a pool that grew),
-    leaving out what the runtime was sent already (``sent``)."""
+    handler that queued them has replied (for a pool that grew: once decisions paused for
+    ``GROWTH_DELAY``, ``GROWTH_WAIT_MAX`` at most), leaving out what the runtime was sent
+    already (``sent``)."""
 
     def __init__(self, ledger: NodeLedger, logger: logging.Logger, sent: SentUpdates) -> None:
         self.ledger = ledger
@@ -112,8 +120,8 @@ class UpdateFlusher:
         self._wake: asyncio.Future[None] | None = None
 
     def queue(self, keys: Iterable[ContainerKey], *, grown: bool = False) -> None:
-        """Send these containers' assignments soon: after the reply, or after
-        ``GROWTH_DELAY`` when their pool only grew (no-op without a sender or a loop)."""
+        """Send these containers' assignments soon: after the reply, or once decisions paused
+        when their pool only grew (no-op without a sender or a loop)."""
         if self.sender is None:
             return
         self._queued.update(keys)
@@ -149,16 +157,25 @@ class UpdateFlusher:
 
     async def _flush(self) -> None:
         while self._queued and self.sender is not None:
-            if not self._urgent:
-                self._wake = asyncio.get_running_loop().create_future()
-                await asyncio.wait({self._wake}, timeout=GROWTH_DELAY)
-                self._wake = None
+            await self._pause()
             self._urgent = False
             await asyncio.sleep(0)
             keys, self._queued = self._queued, set()
             targets = self.sent.new(targets_for(self.ledger, self.ledger.assignments(sorted(keys))))
             if targets:
                 await self._send(targets)
+
+    async def _pause(self) -> None:
+        """Wait until no decision was made for ``GROWTH_DELAY`` (``GROWTH_WAIT_MAX`` at most),
+        or until something that cannot wait is queued."""
+        loop = asyncio.get_running_loop()
+        latest = loop.time() + GROWTH_WAIT_MAX
+        seen = -1
+        while not self._urgent and seen != self.ledger.decisions and loop.time() < latest:
+            seen = self.ledger.decisions
+            self._wake = loop.create_future()
+            await asyncio.wait({self._wake}, timeout=min(GROWTH_DELAY, latest - loop.time()))
+            self._wake = None
 
     async def _send(self, targets: list[Target]) -> None:
         """Send ``targets``; what the runtime now has is what was sent last, so a container

@@ -72,6 +72,8 @@ class NodeLedger:
         self._read_model = ReadModel()
         self._publish_thread: int | None = None
         self._batch = False
+        self.decisions = 0
+        """Decisions committed since start (a counter: it tells whether any was made lately)."""
         self.persistence = Persistence(
             self.snapshot,
             store,
@@ -360,6 +362,7 @@ class NodeLedger:
         """Make a decision durable before its reply. A failed write undoes a decision and raises
         :class:`NotSavedError`; a release cannot be undone, so it stays in memory and the journal
         is marked broken, which makes the next write a full checkpoint that includes it."""
+        self.decisions += 1
         p = self.persistence
         if p.journal is None:
             self._update_read_model_and_export()

@@ -1,16 +1,19 @@
-"""Pool updates to the runtime: a pool that grows waits ``GROWTH_DELAY``, so churn that takes the
-same CPUs back sends nothing; an update repeating what the runtime was just sent is left out;
-after any of this the runtime holds every container's decision."""
+"""Pool updates to the runtime: a pool that grows waits until decisions pause for
+``GROWTH_DELAY`` (``GROWTH_WAIT_MAX`` at most), so churn that takes the same CPUs back sends
+nothing; an update repeating what the runtime was just sent is left out; after any of this the
+runtime holds every container's decision."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+import pytest
 from inprocess_pods import start
 from plrm_harness import serve
 from plrm_invariants import check
 
+from nri_plrm import pool_updates
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config_file import parse_config
 from nri_plrm.cpuset import CPUSet
@@ -82,6 +85,69 @@ def test_churn_that_takes_the_same_cpus_back_sends_the_pool_nothing(tmp_path: Pa
             await rt.settle()  # the pool grew for good: sent once, after the delay
             assert updates_to(sim, shared) == before + 3
             assert check(plugin.ledger.engine, rt, {p.uid for p in rt.pods.values()}) == []
+
+    asyncio.run(main())
+
+
+def test_a_grown_pool_waits_while_decisions_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool grows and shrinks back on both sides of where one ``GROWTH_DELAY`` after the
+    first removal ends: still nothing is sent, since decisions never paused that long."""
+    delay = 0.2
+    monkeypatch.setattr(pool_updates, "GROWTH_DELAY", delay)
+    plugin = new_plugin(tmp_path / "state")
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            rt, sim = s.runtime, s.sim
+            sandboxes = [await rt.launch(best_effort(n)) for n in range(3)]
+            shared = {rt.id_of(sandbox, "c") for sandbox in sandboxes}
+            pod = await rt.launch(guaranteed(0))
+            await rt.settle()
+            before = updates_to(sim, shared)
+            for n in range(1, 3):
+                await rt.remove_pod(pod)  # grown: from here on, one delay would have sent it
+                await asyncio.sleep(0.6 * delay)
+                pod = await rt.launch(guaranteed(n))
+                await asyncio.sleep(0.2 * delay)
+            await rt.remove_pod(pod)
+            await asyncio.sleep(0.6 * delay)
+            await rt.launch(guaranteed(3))
+            await rt.settle()
+            assert updates_to(sim, shared) == before
+            assert check(plugin.ledger.engine, rt, {p.uid for p in rt.pods.values()}) == []
+
+    asyncio.run(main())
+
+
+def test_a_grown_pool_is_sent_after_the_longest_wait_however_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    longest = 0.3
+    monkeypatch.setattr(pool_updates, "GROWTH_WAIT_MAX", longest)
+    plugin = new_plugin(tmp_path / "state")
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            rt, sim = s.runtime, s.sim
+            be = await rt.launch(best_effort(0))
+            pod = await rt.launch(guaranteed(0))
+            await rt.settle()
+            exclusive = rt.cpus_of(pod, "main")
+            await rt.remove_pod(pod)
+            loop = asyncio.get_running_loop()
+            start, n = loop.time(), 1
+            while not sim.unsolicited and loop.time() < start + 3 * longest:
+                other = await rt.launch(best_effort(n))  # a decision every few milliseconds
+                await rt.remove_pod(other)
+                await asyncio.sleep(GROWTH_DELAY / 5)
+                n += 1
+            waited = loop.time() - start
+            assert sim.unsolicited, f"nothing sent after {waited:.2f} s of decisions"
+            assert waited >= longest - 0.05
+            rt.apply_unsolicited()
+            assert exclusive <= rt.cpus_of(be, "c")
 
     asyncio.run(main())
 

@@ -13,9 +13,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nri_plrm import pool_updates
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
-from nri_plrm.pool_updates import GROWTH_DELAY
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 from nri_plrm.ttrpc.transport import ChannelClosed
@@ -187,14 +187,16 @@ class FakeRuntime:
 
     async def settle(self, timeout: float = 5.0) -> None:
         """Wait until the plugin's queued UpdateContainers have arrived (a grown pool's wait
-        ``GROWTH_DELAY`` first), then apply them."""
+        until decisions pause for ``GROWTH_DELAY``, checked every ``GROWTH_DELAY``: twice that
+        after the last decision), then apply them."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        quiet_until = loop.time() + GROWTH_DELAY + 0.05
+        quiet = 2 * pool_updates.GROWTH_DELAY + 0.05
+        quiet_until = loop.time() + quiet
         while loop.time() < min(quiet_until, deadline):
             await asyncio.sleep(0.01)
             if self.apply_unsolicited():
-                quiet_until = loop.time() + GROWTH_DELAY + 0.05
+                quiet_until = loop.time() + quiet
 
     # ----------------------------------------------------------------- views
 
