@@ -10,6 +10,7 @@ from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.bitmask import mask_of
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec, TopologyHint
 from nri_plrm.engine.spec_json import (
+    KeptForms,
     container_from_dict,
     container_to_dict,
     spec_from_dict,
@@ -41,13 +42,15 @@ class AdmittedPod:
     baselines: dict[str, CPUSet] = field(default_factory=dict)
     """Exclusive CPUs resized containers were created with (the kubelet's baseline)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (the engine snapshot's ``pods`` entries)."""
+    def to_dict(self, forms: KeptForms | None = None) -> dict[str, Any]:
+        """JSON-able form (the engine snapshot's ``pods`` entries); the forms of its spec and
+        containers taken from ``forms`` when given (shared: read them only)."""
+        forms = KeptForms() if forms is None else forms
         return {
-            "spec": spec_to_dict(self.spec, INIT_KEY),
+            "spec": forms.form(self.spec, _pod_form),
             "mode": self.mode,
             "hint": None if self.hint is None else hint_to_dict(self.hint),
-            "containers": [container_to_dict(c) for c in self.containers],
+            "containers": [forms.form(c, container_to_dict) for c in self.containers],
             "stopped": sorted(self.stopped),
             "shared": sorted(self.shared),
             "baselines": {name: str(cpus) for name, cpus in sorted(self.baselines.items())},
@@ -85,6 +88,10 @@ class AdmittedPod:
             requests=self.spec.requests,
             limits=self.spec.limits,
         )
+
+
+def _pod_form(spec: PodSpec) -> dict[str, Any]:
+    return spec_to_dict(spec, INIT_KEY)
 
 
 def hint_to_dict(hint: TopologyHint) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from nri_plrm.engine.spec import (
     ResourceList,
     TopologyHint,
 )
+from nri_plrm.engine.spec_json import KeptForms
 from nri_plrm.engine.topology_manager import (
     POLICY_NONE,
     SCOPE_POD,
@@ -99,6 +100,7 @@ class Engine:
         self._pods: dict[str, AdmittedPod] = {}
         self._node_shared: set[tuple[str, str]] = set()
         self._deferred = 0
+        self._forms = KeptForms()
         self._on_default = ContainerAssignment(
             AssignmentType.NODE_SHARED, self.cpu_manager.default_cpuset, CPUSet()
         )
@@ -551,12 +553,14 @@ class Engine:
                 hint = tm.get_affinity(uid, name)
                 if hint.numa_affinity is not None or hint.preferred:
                     affinity.setdefault(uid, {})[name] = hint_to_dict(hint)
+        pods = {uid: r.to_dict(self._forms) for uid, r in self._pods.items()}
+        self._forms.done()
         return {
             "format": SNAPSHOT_FORMAT,
             "cpu": self.cpu_manager.snapshot(),
             "memory": self.memory_manager.snapshot(),
             "affinity": affinity,
-            "pods": {uid: r.to_dict() for uid, r in self._pods.items()},
+            "pods": pods,
             "nodeShared": sorted([list(k) for k in self._node_shared]),
         }
 

@@ -4,10 +4,12 @@ they do not know."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+
+T = TypeVar("T")
 
 INIT_CONTAINERS_KEY = "init_containers"
 """Default key of a pod's init containers; the engine snapshot uses ``initContainers``."""
@@ -61,3 +63,28 @@ def spec_from_dict(d: Mapping[str, Any], init_key: str = INIT_CONTAINERS_KEY) ->
         requests=resources(d.get("requests")),
         limits=resources(d.get("limits")),
     )
+
+
+class KeptForms:
+    """JSON-able forms of frozen objects (specs, intents) kept from one snapshot to the next, so
+    that a pod still there is not converted again: a fold's copy of the state is taken in one
+    step of the event loop. A kept form is shared by every snapshot that uses it, so its
+    readers must not change it (the checkpoint encoder only reads)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[object, Any]] = {}
+        self._used: dict[int, tuple[object, Any]] = {}
+
+    def form(self, obj: T, convert: Callable[[T], Any]) -> Any:
+        """``convert(obj)``, or the form kept for this very object (it is frozen). One instance
+        serves one ``convert`` per kind of object."""
+        key = id(obj)  # not reused meanwhile: an entry keeps its object alive
+        entry = self._kept.get(key)
+        if entry is None:
+            entry = (obj, convert(obj))
+        self._used[key] = entry
+        return entry[1]
+
+    def done(self) -> None:
+        """End a snapshot: keep what it used, forget the rest (removed pods)."""
+        self._kept, self._used = self._used, {}

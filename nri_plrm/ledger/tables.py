@@ -12,7 +12,7 @@ from typing import Any
 
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import PodSpec
-from nri_plrm.engine.spec_json import spec_from_dict
+from nri_plrm.engine.spec_json import KeptForms, spec_from_dict
 from nri_plrm.translate.nri_to_pod import PodIntent, intent_from_dict, intent_to_dict
 
 TABLES_LAYOUT = 1
@@ -55,6 +55,8 @@ class Tables:
 
     pods: dict[str, PodRecord] = field(default_factory=dict)
     ids: dict[str, ContainerKey] = field(default_factory=dict)
+    intent_forms: KeptForms = field(default_factory=KeptForms, compare=False, repr=False)
+    """The intents' JSON-able forms, kept between snapshots (read them only)."""
 
     def container_id(self, key: ContainerKey) -> str | None:
         """The id of the container ``key`` names, or None."""
@@ -63,15 +65,17 @@ class Tables:
 
     def snapshot(self, generation: int) -> dict[str, Any]:
         """JSON-able tables; a whole-mode pod's spec is not repeated (the engine keeps it)."""
+        forms = self.intent_forms
         pods = {
             uid: {
-                "intent": intent_to_dict(p.intent),
+                "intent": forms.form(p.intent, intent_to_dict),
                 "sandbox_id": p.sandbox_id,
                 "managed": p.managed,
                 "containers": [[name, cid] for name, cid in p.containers.items()],
             }
             for uid, p in self.pods.items()
         }
+        forms.done()
         return {"layout": TABLES_LAYOUT, "generation": generation, "pods": pods}
 
     @classmethod

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.engine.spec_json import (
+    KeptForms,
     container_from_dict,
     container_to_dict,
     spec_from_dict,
@@ -78,3 +79,22 @@ def test_missing_optional_keys_take_defaults() -> None:
 def test_malformed_container_is_refused(data: dict[str, Any]) -> None:
     with pytest.raises((ValueError, KeyError)):
         container_from_dict(data)
+
+
+def test_kept_forms_convert_an_object_once_while_snapshots_use_it() -> None:
+    calls: list[str] = []
+
+    def convert(c: ContainerSpec) -> dict[str, Any]:
+        calls.append(c.name)
+        return container_to_dict(c)
+
+    forms = KeptForms()
+    a, b = ContainerSpec("a"), ContainerSpec("b")
+    first = forms.form(a, convert)
+    forms.form(b, convert)
+    forms.done()
+    assert forms.form(a, convert) is first  # the same frozen object: its form is shared
+    assert forms.form(ContainerSpec("a"), convert) == first  # an equal one is converted
+    forms.done()  # b was not used by this snapshot: forgotten
+    forms.form(b, convert)
+    assert calls == ["a", "b", "a", "b"]
