@@ -4,18 +4,20 @@
   keeping both cores of a 2-CPU machine busy). By default they are placed as pods are on a
   Kubernetes node: in a "pods" cgroup beside a "system" cgroup holding the measured processes
   (this process, the runtime simulator, and the plugin processes the caller names), with the
-  CPU weights of ``kubepods.slice`` and ``system.slice`` (``bench.node_cgroups``). Where that
-  cannot be done (not root, no cpu controller, ...) the load runs beside the measured
-  processes in their cgroup, as with ``node_cgroups=False``, and one line on stderr says why;
-  the yielded :class:`CpuLoadPlacement` tells which placement ran.
+  CPU weights of ``kubepods.slice`` and ``system.slice`` (``bench.node_cgroups``).
 - ``io``: four processes writing files on a given filesystem, as image pulls do during a
   pod-start storm: each writes 16 MiB files in 256 KiB chunks, ``fsync``s each one (containerd
   syncs every blob it commits) and keeps its last eight, so the disk stays busy and the page
-  cache stays bounded (32 MiB per writer).
+  cache stays bounded (32 MiB per writer). By default they are placed as containerd's pulls are
+  on a node: in a "runtime" cgroup (``containerd.service``) with this process (the runtime
+  simulator), beside a "plugin" cgroup holding the plugin processes the caller names, with the
+  weight of the packaged unit (``CPUWeight=`` in ``systemd/nri-plrm.service``).
 
-Both are context managers; leaving them kills and reaps the processes (and removes the
-writers' files; the cgroups of the node placement). ``python -m bench.load cpu|cpu-one-cgroup|io
-[DIR]`` runs one until interrupted.
+Where a placement cannot be made (not root, no cpu controller, ...) the load runs beside the
+measured processes in their cgroup, as with ``node_cgroups=False``, and one line on stderr says
+why; the yielded :class:`LoadPlacement` tells which placement ran. Both are context managers;
+leaving them kills and reaps the processes (and removes the writers' files; the cgroups of the
+placement). ``python -m bench.load cpu|cpu-one-cgroup|io [DIR]`` runs one until interrupted.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from bench.node_cgroups import NodeCgroups, Unavailable
+from bench.node_cgroups import NODE, Layout, NodeCgroups, Unavailable, units
 
 CPU_PROCESSES = 2
 IO_PROCESSES = 4
@@ -67,15 +69,37 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 @dataclass(frozen=True)
-class CpuLoadPlacement:
-    """Where a cpu load ran: ``node_cgroups`` (the node placement) or not, ``detail`` (the
+class LoadPlacement:
+    """Where a load ran: ``node_cgroups`` (its placement as on a node) or not, ``detail`` (the
     cgroups and weights, or why the load shares the measured processes' cgroup) and, with the
-    node placement, the directories of the two cgroups."""
+    node placement, the directories of the two cgroups (``bench.node_cgroups`` layouts)."""
 
     node_cgroups: bool
     detail: str
-    system_cgroup: str = ""
-    pods_cgroup: str = ""
+    cgroups: tuple[str, str] = ("", "")
+
+
+@contextlib.contextmanager
+def _placed(
+    layout: Layout, wanted: bool, first: Sequence[int], second: Sequence[int]
+) -> Iterator[LoadPlacement]:
+    """The processes placed in ``layout``'s two groups while the block runs, when ``wanted``
+    and possible; otherwise nothing moves."""
+    if not wanted:
+        yield LoadPlacement(False, "one cgroup (asked for)")
+        return
+    try:
+        groups = NodeCgroups.here(layout=layout)
+        groups.enter(first, second)
+    except Unavailable as err:
+        print(f"bench.load: load beside the measured processes: {err}", file=sys.stderr)
+        yield LoadPlacement(False, f"one cgroup: {err}")
+        return
+    try:
+        yield LoadPlacement(True, groups.describe(), groups.dirs)
+    finally:
+        for problem in groups.leave():
+            print(f"bench.load: cgroup cleanup: {problem}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -83,36 +107,31 @@ def cpu_load(
     measured: Sequence[int] = (),
     node_cgroups: bool = True,
     processes: int = CPU_PROCESSES,
-) -> Iterator[CpuLoadPlacement]:
+) -> Iterator[LoadPlacement]:
     """``processes`` busy loops running while the block runs. With ``node_cgroups``, placed
     as on a node: the loops in the pods cgroup, this process and the ``measured`` ones in the
     system cgroup; otherwise (or when that is impossible) in this process's cgroup."""
     procs = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(processes)]
-    groups = None
-    placement = CpuLoadPlacement(False, "one cgroup (asked for)")
     try:
-        if node_cgroups:
-            try:
-                groups = NodeCgroups.here()
-                groups.enter([os.getpid(), *measured], [p.pid for p in procs])
-            except Unavailable as err:
-                groups = None
-                placement = CpuLoadPlacement(False, f"one cgroup: {err}")
-                print(f"bench.load: cpu load beside the measured processes: {err}", file=sys.stderr)
-            else:
-                placement = CpuLoadPlacement(True, groups.describe(), groups.system, groups.pods)
-        time.sleep(0.2)
-        yield placement
+        loops = [p.pid for p in procs]
+        with _placed(NODE, node_cgroups, [os.getpid(), *measured], loops) as placement:
+            time.sleep(0.2)
+            yield placement
     finally:
         _stop(procs)
-        if groups is not None:
-            for problem in groups.leave():
-                print(f"bench.load: cgroup cleanup: {problem}", file=sys.stderr)
 
 
 @contextlib.contextmanager
-def io_load(near: str, processes: int = IO_PROCESSES) -> Iterator[None]:
-    """``processes`` file writers in a temporary directory beside ``near`` (same filesystem)."""
+def io_load(
+    near: str,
+    processes: int = IO_PROCESSES,
+    measured: Sequence[int] = (),
+    node_cgroups: bool = True,
+) -> Iterator[LoadPlacement]:
+    """``processes`` file writers in a temporary directory beside ``near`` (same filesystem).
+    With ``node_cgroups``, placed as on a node: the writers and this process in the runtime
+    cgroup, the ``measured`` processes in the plugin's; otherwise (or when that is impossible)
+    in this process's cgroup."""
     parent = os.path.dirname(os.path.abspath(near))
     top = tempfile.mkdtemp(prefix="nri-plrm-ioload-", dir=parent)
     procs = []
@@ -122,8 +141,10 @@ def io_load(near: str, processes: int = IO_PROCESSES) -> Iterator[None]:
             os.mkdir(sub)
             code = f"from bench.load import write_files; write_files({sub!r})"
             procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=_ROOT))
-        time.sleep(0.5)
-        yield
+        runtime = [os.getpid(), *(p.pid for p in procs)]
+        with _placed(units(), node_cgroups, runtime, measured) as placement:
+            time.sleep(0.5)
+            yield placement
     finally:
         _stop(procs)
         shutil.rmtree(top, ignore_errors=True)
@@ -138,14 +159,11 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     kind = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     if kind == "io":
-        load: contextlib.AbstractContextManager[object] = io_load(
-            sys.argv[2] if len(sys.argv) > 2 else "."
-        )
+        load = io_load(sys.argv[2] if len(sys.argv) > 2 else ".")
     else:
         load = cpu_load(node_cgroups=kind != "cpu-one-cgroup")
     with contextlib.suppress(KeyboardInterrupt), load as placement:
-        if isinstance(placement, CpuLoadPlacement):
-            print(f"bench.load: {placement.detail}", file=sys.stderr)
+        print(f"bench.load: {placement.detail}", file=sys.stderr)
         while True:
             time.sleep(1)
 

@@ -1,16 +1,20 @@
-"""The benchmarks' CPU load placed as on a Kubernetes node: two sibling cgroups.
+"""The benchmarks' loads placed as on a Kubernetes node: two sibling cgroups.
 
 On a node, containerd and the plugin (a systemd unit, or a host-installed package) run in
 ``system.slice``, whose ``cpu.weight`` is systemd's default, 100; the pods run in
 ``kubepods.slice``, whose weight the kubelet computes from the node's allocatable CPU:
 ``shares = milliCPU * 1024 / 1000`` (at least 2, at most 262,144), then, on cgroup v2,
-``weight = 1 + (shares - 2) * 9999 // 262142``. The benchmark creates two such siblings under
-its own cgroup (``nri-plrm-bench-<pid>-system`` and ``nri-plrm-bench-<pid>-pods``), puts the
-measured processes (the runtime simulator, the plugin) in the first and the load in the second,
-and removes both afterwards, every process moved back to where it was.
+``weight = 1 + (shares - 2) * 9999 // 262142``. Inside ``system.slice`` each unit has its own
+group: ``containerd.service`` (weight 100; containerd pulls and unpacks images itself) and
+``nri-plrm.service`` (the ``CPUWeight=`` of ``systemd/nri-plrm.service``).
+
+The benchmark creates two such siblings under its own cgroup (``nri-plrm-bench-<pid>-<name>``):
+``system`` and ``pods`` (:data:`NODE`: the cpu load), or ``runtime`` and ``plugin``
+(:func:`units`: the io load, whose writers stand for containerd's image pulls), moves the
+processes in, and removes both afterwards, every process moved back to where it was.
 
 cgroup v2 writes ``cpu.weight``; cgroup v1 (a ``cpu`` controller mount) writes ``cpu.shares``
-with the same weights converted back (system 1024, pods ``round(1024 * weight / 100)``).
+with the same weights converted back (weight 100 is 1024 shares).
 What cannot be done (no cpu controller, no permission, a read-only cgroupfs, the v2 rule that a
 non-root cgroup holding processes cannot give its children controllers) raises
 :class:`Unavailable` with the reason, and nothing is left behind.
@@ -22,7 +26,7 @@ import contextlib
 import errno
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +39,7 @@ V1_DEFAULT_SHARES = 1024
 V2_DEFAULT_WEIGHT = 100
 RMDIR_ATTEMPTS = 50
 RMDIR_PAUSE_S = 0.02
+PLUGIN_UNIT = Path(__file__).resolve().parent.parent / "systemd" / "nri-plrm.service"
 
 
 class Unavailable(Exception):
@@ -60,6 +65,36 @@ def kubepods_weight(cpus: int) -> int:
 def weight_to_v1_shares(weight: int) -> int:
     """A cgroup v2 weight expressed as cgroup v1 shares (default 100 <-> default 1024)."""
     return max(MIN_SHARES, round(V1_DEFAULT_SHARES * weight / V2_DEFAULT_WEIGHT))
+
+
+def unit_cpu_weight(unit_text: str) -> int:
+    """The ``CPUWeight=`` of a systemd unit's text; ValueError when it sets none."""
+    for line in unit_text.splitlines():
+        key, _, value = line.strip().partition("=")
+        if key == "CPUWeight":
+            return int(value)
+    raise ValueError("the unit sets no CPUWeight=")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Two sibling groups: their names, and their weights given the machine's CPU count."""
+
+    names: tuple[str, str]
+    weights: Callable[[int], tuple[int, int]]
+
+
+NODE = Layout(("system", "pods"), lambda cpus: (SYSTEM_SLICE_WEIGHT, kubepods_weight(cpus)))
+"""``system.slice`` (the runtime and the plugin) beside ``kubepods.slice`` (the pods)."""
+
+
+def units(plugin_weight: int | None = None) -> Layout:
+    """containerd's unit (the runtime, its image pulls) beside the plugin's unit, whose weight
+    is ``plugin_weight`` or else the packaged unit's ``CPUWeight=``."""
+    weight = plugin_weight
+    if weight is None:
+        weight = unit_cpu_weight(PLUGIN_UNIT.read_text())
+    return Layout(("runtime", "plugin"), lambda cpus: (SYSTEM_SLICE_WEIGHT, weight))
 
 
 @dataclass(frozen=True)
@@ -188,19 +223,20 @@ def _tokens(path: str) -> list[str]:
 
 @dataclass
 class NodeCgroups:
-    """The two sibling groups, created by :meth:`enter` and removed by :meth:`leave`."""
+    """The two sibling groups of ``layout``, created by :meth:`enter` and removed by
+    :meth:`leave`; ``dirs`` holds their directories while they exist."""
 
     hierarchy: CpuHierarchy
     base: str
     cpus: int
-    system: str = ""
-    pods: str = ""
-    weights: tuple[int, int] = (SYSTEM_SLICE_WEIGHT, 0)
+    layout: Layout = NODE
+    dirs: tuple[str, str] = ("", "")
+    weights: tuple[int, int] = (0, 0)
     origins: dict[int, str] = field(default_factory=dict)
     enabled_cpu: bool = False
 
     @classmethod
-    def here(cls, cpus: int | None = None) -> NodeCgroups:
+    def here(cls, cpus: int | None = None, layout: Layout = NODE) -> NodeCgroups:
         """For this process's cgroup; ``cpus`` allocatable (default: every online CPU)."""
         try:
             mountinfo = Path("/proc/self/mountinfo").read_text()
@@ -209,29 +245,27 @@ class NodeCgroups:
             raise Unavailable(f"cannot read /proc/self: {err.strerror}") from err
         hierarchy, path = locate(mountinfo, proc_cgroup)
         online = cpus if cpus is not None else os.sysconf("SC_NPROCESSORS_ONLN")
-        return cls(hierarchy, hierarchy.directory(path), online)
+        return cls(hierarchy, hierarchy.directory(path), online, layout)
 
     def describe(self) -> str:
         """One line: version, weights, where."""
-        system, pods = self.weights
+        pairs = list(zip(self.layout.names, self.layout.weights(self.cpus), strict=True))
         if self.hierarchy.version == 2:
-            values = f"cpu.weight system {system}, pods {pods}"
+            values = "cpu.weight " + ", ".join(f"{name} {w}" for name, w in pairs)
         else:
-            values = (
-                f"cpu.shares system {weight_to_v1_shares(system)}, "
-                f"pods {weight_to_v1_shares(pods)} (v2 weights {system}/{pods})"
-            )
+            shares = ", ".join(f"{name} {weight_to_v1_shares(w)}" for name, w in pairs)
+            values = f"cpu.shares {shares} (v2 weights {'/'.join(str(w) for _, w in pairs)})"
         return f"cgroup v{self.hierarchy.version} under {self.base}: {values}, {self.cpus} CPUs"
 
-    def enter(self, system_pids: Sequence[int], pod_pids: Sequence[int]) -> None:
-        """Create the groups, set their weights and move the processes in; on failure undo
-        everything and raise Unavailable naming what failed."""
+    def enter(self, first_pids: Sequence[int], second_pids: Sequence[int]) -> None:
+        """Create the groups, set their weights and move the processes in (``first_pids`` to
+        the first group of the layout); on failure undo everything and raise Unavailable
+        naming what failed."""
         try:
             self._create()
-            for pid in system_pids:
-                self._move_in(pid, self.system)
-            for pid in pod_pids:
-                self._move_in(pid, self.pods)
+            for pids, group in zip((first_pids, second_pids), self.dirs, strict=True):
+                for pid in pids:
+                    self._move_in(pid, group)
         except (OSError, Unavailable) as err:
             self.leave()
             raise Unavailable(_reason(err)) from err
@@ -240,15 +274,21 @@ class NodeCgroups:
         prefix = os.path.join(self.base, f"{GROUP_PREFIX}{os.getpid()}-")
         if self.hierarchy.version == 2:
             self._enable_cpu_v2()
-        self.weights = (SYSTEM_SLICE_WEIGHT, kubepods_weight(self.cpus))
-        for name, weight in zip(("system", "pods"), self.weights, strict=True):
-            directory = prefix + name
-            os.mkdir(directory)
-            setattr(self, name, directory)
-            if self.hierarchy.version == 2:
-                _write(os.path.join(directory, "cpu.weight"), f"{weight}\n")
-            else:
-                _write(os.path.join(directory, "cpu.shares"), f"{weight_to_v1_shares(weight)}\n")
+        self.weights = self.layout.weights(self.cpus)
+        made: list[str] = []
+        try:
+            for name, weight in zip(self.layout.names, self.weights, strict=True):
+                directory = prefix + name
+                os.mkdir(directory)
+                made.append(directory)
+                if self.hierarchy.version == 2:
+                    _write(os.path.join(directory, "cpu.weight"), f"{weight}\n")
+                else:
+                    shares = weight_to_v1_shares(weight)
+                    _write(os.path.join(directory, "cpu.shares"), f"{shares}\n")
+        finally:
+            padded = [*made, "", ""]
+            self.dirs = (padded[0], padded[1])
 
     def _enable_cpu_v2(self) -> None:
         if "cpu" not in _tokens(os.path.join(self.base, "cgroup.controllers")):
@@ -271,9 +311,9 @@ class NodeCgroups:
         """Move every process back (to where it was, else the base cgroup), remove the groups;
         returns the problems met (empty when all went well)."""
         problems = []
-        for group in (g for g in (self.system, self.pods) if g and os.path.isdir(g)):
+        for group in (g for g in self.dirs if g and os.path.isdir(g)):
             problems.extend(self._remove(group))
-        self.system = self.pods = ""
+        self.dirs = ("", "")
         if self.enabled_cpu:
             try:
                 _write(os.path.join(self.base, "cgroup.subtree_control"), "-cpu\n")

@@ -17,12 +17,16 @@ the test runtime model, with NRI messages from the kubelet translation.
 - ``create_container_p99_ms_500live_cpu_load`` / ``..._io_load`` (and their p50): the same
   CreateContainer figures, on the same 500 live containers, while two busy processes keep the
   CPUs busy, or while four processes write and sync files on the state directory's filesystem
-  (``bench.load``; the benchmark starts and stops them). The busy processes are placed as on a
-  Kubernetes node: in a pods cgroup, the plugin and the simulator in a system cgroup, with the
-  weights of ``kubepods.slice`` and ``system.slice`` (``cpu_load_node_cgroups`` is 1; 0 when
-  that could not be done and every process shared one cgroup).
-- ``create_container_p99_ms_500live_cpu_load_one_cgroup`` (and its p50): the same with the busy
-  processes beside the plugin and the simulator in one cgroup, the harsher case no node has.
+  (``bench.load``; the benchmark starts and stops them). Each load is placed as on a Kubernetes
+  node with the packaged unit: the busy processes in a pods cgroup, the plugin and the simulator
+  in a system cgroup, with the weights of ``kubepods.slice`` and ``system.slice``; the writers
+  (containerd's image pulls) and the simulator (containerd) in a runtime cgroup of weight 100,
+  the plugin in its own with the ``CPUWeight=`` of ``systemd/nri-plrm.service``
+  (``cpu_load_node_cgroups`` and ``io_load_node_cgroups`` are 1; 0 when that could not be done
+  and every process shared one cgroup).
+- ``create_container_p99_ms_500live_cpu_load_one_cgroup`` and ``..._io_load_one_cgroup`` (and
+  their p50): the same with the load beside the plugin and the simulator in one cgroup, as on a
+  node where the plugin runs without its unit's weight.
 Targets: CreateContainer p99 <= 5 ms (<= 5 ms under io load, <= 8 ms under cpu load),
 Synchronize <= 200 ms. While it samples, this process (the runtime side) holds its
 cyclic collector, as ``timeit`` does: containerd's runs beside its work, and a pause of the
@@ -46,7 +50,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.common import main, percentile
-from bench.load import CpuLoadPlacement, cpu_load, io_load
+from bench.load import LoadPlacement, cpu_load, io_load
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,13 +61,16 @@ SAMPLES = 1000
 p99 was the fourth-slowest of 400, and the short load phase measured mostly the writers' start;
 it swung by a factor of three between runs of the same code."""
 GI = 1 << 30
-LOADS = ("quiet", "cpu", "cpu_one_cgroup", "io")
+LOADS = ("quiet", "cpu", "cpu_one_cgroup", "io", "io_one_cgroup")
 SUFFIXES = {
     "quiet": "",
     "cpu": "_cpu_load",
     "cpu_one_cgroup": "_cpu_load_one_cgroup",
     "io": "_io_load",
+    "io_one_cgroup": "_io_load_one_cgroup",
 }
+PLACED = ("cpu", "io")
+"""The loads placed as on a node; ``<load>_load_node_cgroups`` says whether that was done."""
 CODE_ENV = "BENCH_PLUGIN_CODE"
 
 
@@ -225,20 +232,22 @@ async def _timed_creates(sim: object, rt: object, first: int) -> list[float]:
     return samples
 
 
-def _load(name: str, state_dir: str, plugin_pid: int) -> contextlib.AbstractContextManager[object]:
+def _load(
+    name: str, state_dir: str, plugin_pid: int
+) -> contextlib.AbstractContextManager[LoadPlacement | None]:
     """The context manager running load ``name`` (one of ``LOADS``)."""
     if name == "quiet":
         return contextlib.nullcontext()
-    if name == "io":
-        return io_load(state_dir)
+    if name.startswith("io"):
+        return io_load(state_dir, measured=[plugin_pid], node_cgroups=name == "io")
     return cpu_load(measured=[plugin_pid], node_cgroups=name == "cpu")
 
 
 async def _create_latency(
     tmp: str, loads: tuple[str, ...]
-) -> tuple[dict[str, list[float]], bool | None]:
-    """CreateContainer samples with 500 live containers, per load (``LOADS``), and whether the
-    ``cpu`` load ran with the node placement (None when it did not run)."""
+) -> tuple[dict[str, list[float]], dict[str, bool]]:
+    """CreateContainer samples with 500 live containers, per load (``LOADS``), and whether each
+    of the ``PLACED`` loads that ran had its node placement."""
     from nrisim import NRISimulator
     from plrm_runtime import FakeRuntime
 
@@ -252,12 +261,12 @@ async def _create_latency(
         await _populate(rt, 80, 4, 100)
         assert len(rt.containers) == 500
         by_load: dict[str, list[float]] = {}
-        node_cgroups = None
+        node_cgroups: dict[str, bool] = {}
         for n, load in enumerate(loads):
             with _load(load, state, plugin.proc.pid) as placement:
                 by_load[load] = await _create_samples(sim, rt, 1000 + n * SAMPLES)
-            if load == "cpu" and isinstance(placement, CpuLoadPlacement):
-                node_cgroups = placement.node_cgroups
+            if load in PLACED and placement is not None:
+                node_cgroups[load] = placement.node_cgroups
         return by_load, node_cgroups
     finally:
         plugin.kill()
@@ -305,8 +314,8 @@ def run(loads: tuple[str, ...] = LOADS) -> dict[str, float]:
         suffix = SUFFIXES[load]
         results[f"create_container_p50_ms_500live{suffix}"] = percentile(samples, 50) * 1000
         results[f"create_container_p99_ms_500live{suffix}"] = percentile(samples, 99) * 1000
-    if node_cgroups is not None:
-        results["cpu_load_node_cgroups"] = int(node_cgroups)
+    for load, placed in node_cgroups.items():
+        results[f"{load}_load_node_cgroups"] = int(placed)
     results["synchronize_1000_ms"] = sync_ms * 1000
     results["synchronize_1000_adopt_ms"] = adopt_ms * 1000
     return results

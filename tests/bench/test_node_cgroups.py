@@ -1,4 +1,5 @@
-"""The benchmarks' cpu load placed as on a Kubernetes node (bench.node_cgroups, bench.load)."""
+"""The benchmarks' cpu and io loads placed as on a Kubernetes node (bench.node_cgroups,
+bench.load)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.load import cpu_load
+from bench.load import cpu_load, io_load
 from bench.node_cgroups import (
     GROUP_PREFIX,
     CgroupMount,
@@ -23,6 +24,8 @@ from bench.node_cgroups import (
     parse_mountinfo,
     parse_proc_cgroup,
     shares_to_weight,
+    unit_cpu_weight,
+    units,
     weight_to_v1_shares,
 )
 
@@ -194,7 +197,7 @@ def test_cpu_load_with_the_node_placement_then_cleaned_up() -> None:
         plugin_before = _directory_of(plugin.pid)
         with cpu_load(measured=[plugin.pid]) as placement:
             assert placement.node_cgroups, placement.detail
-            system, pods = placement.system_cgroup, placement.pods_cgroup
+            system, pods = placement.cgroups
             assert os.path.dirname(system) == os.path.dirname(pods) == base
             assert _procs(system) == {os.getpid(), plugin.pid}
             assert _directory_of(os.getpid()) == system
@@ -245,5 +248,55 @@ def test_one_cgroup_placement_creates_nothing() -> None:
     me_before = Path("/proc/self/cgroup").read_text()
     with cpu_load(node_cgroups=False) as placement:
         assert not placement.node_cgroups
-        assert placement.system_cgroup == placement.pods_cgroup == ""
+        assert placement.cgroups == ("", "")
         assert Path("/proc/self/cgroup").read_text() == me_before
+
+
+def test_the_units_layout_weighs_the_plugin_as_its_unit_says() -> None:
+    assert unit_cpu_weight("[Service]\nNice=0\nCPUWeight=700\n") == 700
+    with pytest.raises(ValueError, match="no CPUWeight"):
+        unit_cpu_weight("[Service]\nNice=0\n")
+    layout = units(700)
+    assert layout.names == ("runtime", "plugin")
+    assert layout.weights(2) == layout.weights(64) == (100, 700)
+    groups = NodeCgroups(CpuHierarchy(CgroupMount(1, "/", "/sys/fs/cgroup/cpu")), "/x", 2, layout)
+    assert groups.describe() == (
+        "cgroup v1 under /x: cpu.shares runtime 1024, plugin 7168 (v2 weights 100/700), 2 CPUs"
+    )
+
+
+def test_io_load_with_the_units_placement_then_cleaned_up(tmp_path: Path) -> None:
+    reason = _node_placement_unavailable()
+    if reason is not None:
+        pytest.skip(f"node cgroup placement unavailable: {reason}")
+    base = NodeCgroups.here().base
+    me_before = _directory_of(os.getpid())
+    plugin = _sleeper()
+    try:
+        plugin_before = _directory_of(plugin.pid)
+        with io_load(str(tmp_path / "state"), processes=2, measured=[plugin.pid]) as placement:
+            assert placement.node_cgroups, placement.detail
+            runtime, plugin_group = placement.cgroups
+            assert os.path.dirname(runtime) == os.path.dirname(plugin_group) == base
+            assert _procs(plugin_group) == {plugin.pid}
+            writers = _procs(runtime) - {os.getpid()}
+            assert os.getpid() in _procs(runtime) and len(writers) == 2
+            for pid in writers:
+                assert b"write_files" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            weight = units().weights(2)[1]
+            if NodeCgroups.here().hierarchy.version == 1:
+                assert Path(runtime, "cpu.shares").read_text().strip() == "1024"
+                assert Path(plugin_group, "cpu.shares").read_text().strip() == str(
+                    weight_to_v1_shares(weight)
+                )
+            else:
+                assert Path(runtime, "cpu.weight").read_text().strip() == "100"
+                assert Path(plugin_group, "cpu.weight").read_text().strip() == str(weight)
+        assert _leftovers(base) == []
+        assert _directory_of(os.getpid()) == me_before
+        assert _directory_of(plugin.pid) == plugin_before
+        for pid in writers:
+            assert not Path(f"/proc/{pid}").exists()
+    finally:
+        plugin.kill()
+        plugin.wait()

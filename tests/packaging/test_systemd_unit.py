@@ -156,3 +156,14 @@ def test_systemd_analyze_security_exposure(analyzable_unit: tuple[str, Path]) ->
     match = re.search(r"Overall exposure level for nri-plrm.service: ([0-9.]+)", result.stdout)
     assert match, result.stdout + result.stderr
     assert float(match.group(1)) <= MAX_EXPOSURE, result.stdout
+
+
+def test_the_plugin_outweighs_containerd_for_the_cpu(unit: dict[str, dict[str, list[str]]]) -> None:
+    """containerd waits for the plugin's reply under a node-wide lock: the plugin's unit gets
+    more CPU weight than systemd's default (containerd's, the kubelet's), within cgroup v2's
+    range; the benchmark places the plugin with this very weight."""
+    from bench.node_cgroups import unit_cpu_weight
+
+    weight = int(one(unit, "Service", "CPUWeight"))
+    assert 100 < weight <= 10000
+    assert unit_cpu_weight(UNIT.read_text()) == weight
