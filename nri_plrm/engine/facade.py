@@ -545,12 +545,10 @@ class Engine:
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-able state: managers, affinities, pod records, format version."""
-        tm = self.topology_manager
         affinity: dict[str, dict[str, Any]] = {}
         for uid, record in self._pods.items():
-            names = record.container_names()
-            for name in names:
-                hint = tm.get_affinity(uid, name)
+            for name in record.container_names():
+                hint = self.topology_manager.get_affinity(uid, name)
                 if hint.numa_affinity is not None or hint.preferred:
                     affinity.setdefault(uid, {})[name] = hint_to_dict(hint)
         pods = {uid: r.to_dict(self._forms) for uid, r in self._pods.items()}
