@@ -13,6 +13,7 @@ import pytest
 from bench.load import cpu_load, io_load
 from bench.node_cgroups import (
     GROUP_PREFIX,
+    NODE,
     CgroupMount,
     CpuHierarchy,
     NodeCgroups,
@@ -169,6 +170,15 @@ def _node_placement_unavailable() -> str | None:
     return None
 
 
+@pytest.fixture
+def base() -> str:
+    """The cgroup the node placements are made under; the test skips where they cannot be."""
+    reason = _node_placement_unavailable()
+    if reason is not None:
+        pytest.skip(f"node cgroup placement unavailable: {reason}")
+    return NodeCgroups.here().base
+
+
 def _directory_of(pid: int) -> str:
     return NodeCgroups.here().hierarchy.directory_of(pid)
 
@@ -181,15 +191,21 @@ def _leftovers(base: str) -> list[str]:
     return [n for n in os.listdir(base) if n.startswith(f"{GROUP_PREFIX}{os.getpid()}-")]
 
 
+def _assert_weights(groups: tuple[str, str], weights: tuple[int, int]) -> None:
+    """The two groups carry these cgroup v2 weights (as cpu.shares on cgroup v1)."""
+    v1 = NodeCgroups.here().hierarchy.version == 1
+    for group, weight in zip(groups, weights, strict=True):
+        if v1:
+            assert Path(group, "cpu.shares").read_text().strip() == str(weight_to_v1_shares(weight))
+        else:
+            assert Path(group, "cpu.weight").read_text().strip() == str(weight)
+
+
 def _sleeper() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
 
-def test_cpu_load_with_the_node_placement_then_cleaned_up() -> None:
-    reason = _node_placement_unavailable()
-    if reason is not None:
-        pytest.skip(f"node cgroup placement unavailable: {reason}")
-    base = NodeCgroups.here().base
+def test_cpu_load_with_the_node_placement_then_cleaned_up(base: str) -> None:
     me_before = _directory_of(os.getpid())
     plugin = _sleeper()
     forked_inside = None
@@ -206,15 +222,7 @@ def test_cpu_load_with_the_node_placement_then_cleaned_up() -> None:
             for pid in spinners:
                 assert b"while True" in Path(f"/proc/{pid}/cmdline").read_bytes()
                 assert _directory_of(pid) == pods
-            weight = kubepods_weight(os.sysconf("SC_NPROCESSORS_ONLN"))
-            if NodeCgroups.here().hierarchy.version == 1:
-                assert Path(system, "cpu.shares").read_text().strip() == "1024"
-                assert Path(pods, "cpu.shares").read_text().strip() == str(
-                    weight_to_v1_shares(weight)
-                )
-            else:
-                assert Path(system, "cpu.weight").read_text().strip() == "100"
-                assert Path(pods, "cpu.weight").read_text().strip() == str(weight)
+            _assert_weights((system, pods), NODE.weights(os.sysconf("SC_NPROCESSORS_ONLN")))
             forked_inside = _sleeper()
             assert _directory_of(forked_inside.pid) == system
         assert _leftovers(base) == []
@@ -230,11 +238,7 @@ def test_cpu_load_with_the_node_placement_then_cleaned_up() -> None:
                 proc.wait()
 
 
-def test_an_exception_inside_the_block_still_cleans_up() -> None:
-    reason = _node_placement_unavailable()
-    if reason is not None:
-        pytest.skip(f"node cgroup placement unavailable: {reason}")
-    base = NodeCgroups.here().base
+def test_an_exception_inside_the_block_still_cleans_up(base: str) -> None:
     me_before = _directory_of(os.getpid())
     with pytest.raises(KeyboardInterrupt), cpu_load() as placement:
         assert placement.node_cgroups, placement.detail
@@ -265,11 +269,7 @@ def test_the_units_layout_weighs_the_plugin_as_its_unit_says() -> None:
     )
 
 
-def test_io_load_with_the_units_placement_then_cleaned_up(tmp_path: Path) -> None:
-    reason = _node_placement_unavailable()
-    if reason is not None:
-        pytest.skip(f"node cgroup placement unavailable: {reason}")
-    base = NodeCgroups.here().base
+def test_io_load_with_the_units_placement_then_cleaned_up(base: str, tmp_path: Path) -> None:
     me_before = _directory_of(os.getpid())
     plugin = _sleeper()
     try:
@@ -283,15 +283,7 @@ def test_io_load_with_the_units_placement_then_cleaned_up(tmp_path: Path) -> Non
             assert os.getpid() in _procs(runtime) and len(writers) == 2
             for pid in writers:
                 assert b"write_files" in Path(f"/proc/{pid}/cmdline").read_bytes()
-            weight = units().weights(2)[1]
-            if NodeCgroups.here().hierarchy.version == 1:
-                assert Path(runtime, "cpu.shares").read_text().strip() == "1024"
-                assert Path(plugin_group, "cpu.shares").read_text().strip() == str(
-                    weight_to_v1_shares(weight)
-                )
-            else:
-                assert Path(runtime, "cpu.weight").read_text().strip() == "100"
-                assert Path(plugin_group, "cpu.weight").read_text().strip() == str(weight)
+            _assert_weights((runtime, plugin_group), units().weights(2))
         assert _leftovers(base) == []
         assert _directory_of(os.getpid()) == me_before
         assert _directory_of(plugin.pid) == plugin_before

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from inprocess_pods import pod_level
+from inprocess_pods import admit_and_place, pod_level
 
 from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import (
-    AdmissionError,
     AssignmentType,
     ContainerSpec,
     PodSpec,
@@ -67,13 +66,7 @@ def test_read_model_equals_a_rebuild_after_every_decision(
     for i, (start, kind, whole) in enumerate(steps):
         if start or not live:
             spec = spec_of(kind, f"{kind}-{i}")
-            sandbox = nri_pod_sandbox(spec)
-            try:
-                ledger.admit(spec.uid, sandbox.id, pod_intent(sandbox), spec if whole else None)
-                for c in spec.all_containers():
-                    ledger.place(spec.uid, c.name, f"{spec.uid}-{c.name}", c)
-            except AdmissionError:  # refused (the node is full): the pod does not run
-                ledger.remove_pod(spec.uid)
+            if not admit_and_place(ledger, spec, whole):
                 continue
             live.append(spec.uid)
         else:

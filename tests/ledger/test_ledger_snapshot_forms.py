@@ -7,16 +7,14 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from inprocess_pods import pod_level
+from inprocess_pods import admit_and_place, pod_level
 
 from nri_plrm.config_file import parse_config
 from nri_plrm.engine.facade import Engine
-from nri_plrm.engine.spec import AdmissionError, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.engine.spec_json import KeptForms
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.topology.machines import MACHINES
-from nri_plrm.translate.nri_to_pod import pod_intent
-from nri_plrm.translate.pod_to_cri import nri_pod_sandbox
 
 CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 
@@ -58,15 +56,8 @@ def test_a_snapshot_with_kept_forms_equals_one_from_scratch(
     for i, (action, kind, whole) in enumerate(steps):
         if action == "start" or not live:
             spec = new_pod(kind, f"pod-{i}")
-            sandbox = nri_pod_sandbox(spec)
-            try:
-                ledger.admit(spec.uid, sandbox.id, pod_intent(sandbox), spec if whole else None)
-                for c in spec.all_containers():
-                    ledger.place(spec.uid, c.name, f"{spec.uid}-{c.name}", c)
-            except AdmissionError:
-                ledger.remove_pod(spec.uid)
-                continue
-            live.append(spec)
+            if admit_and_place(ledger, spec, whole):
+                live.append(spec)
         elif action == "stop":
             spec = live[i % len(live)]
             ledger.stop((spec.uid, spec.all_containers()[0].name))

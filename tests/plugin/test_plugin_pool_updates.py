@@ -12,6 +12,7 @@ import pytest
 from inprocess_pods import start
 from plrm_harness import serve
 from plrm_invariants import check
+from plrm_runtime import FakeRuntime
 
 from nri_plrm import pool_updates
 from nri_plrm.checkpoint.store import CheckpointStore
@@ -64,16 +65,23 @@ def updates_to(sim: object, cids: set[str]) -> int:
     return count
 
 
+async def followers_and_a_guaranteed_pod(rt: FakeRuntime) -> tuple[set[str], api.PodSandbox]:
+    """Three best-effort containers on the node shared pool, then a Guaranteed pod that shrank
+    it; the containers' ids and the pod, once the runtime holds every update."""
+    sandboxes = [await rt.launch(best_effort(n)) for n in range(3)]
+    shared = {rt.id_of(sandbox, "c") for sandbox in sandboxes}
+    pod = await rt.launch(guaranteed(0))
+    await rt.settle()
+    return shared, pod
+
+
 def test_churn_that_takes_the_same_cpus_back_sends_the_pool_nothing(tmp_path: Path) -> None:
     plugin = new_plugin(tmp_path / "state")
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
             rt, sim = s.runtime, s.sim
-            sandboxes = [await rt.launch(best_effort(n)) for n in range(3)]
-            shared = {rt.id_of(sandbox, "c") for sandbox in sandboxes}
-            first = await rt.launch(guaranteed(0))
-            await rt.settle()
+            shared, first = await followers_and_a_guaranteed_pod(rt)
             before = updates_to(sim, shared)
             assert before == 3  # the first admission moved the pool once
             for n in range(1, 6):  # remove and admit again, faster than GROWTH_DELAY
@@ -101,10 +109,7 @@ def test_a_grown_pool_waits_while_decisions_go_on(
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
             rt, sim = s.runtime, s.sim
-            sandboxes = [await rt.launch(best_effort(n)) for n in range(3)]
-            shared = {rt.id_of(sandbox, "c") for sandbox in sandboxes}
-            pod = await rt.launch(guaranteed(0))
-            await rt.settle()
+            shared, pod = await followers_and_a_guaranteed_pod(rt)
             before = updates_to(sim, shared)
             for n in range(1, 3):
                 await rt.remove_pod(pod)  # grown: from here on, one delay would have sent it

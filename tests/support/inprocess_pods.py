@@ -3,8 +3,10 @@ runtime): for the tests and benchmarks of the plugin's own state."""
 
 from __future__ import annotations
 
-from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import AdmissionError, ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
+from nri_plrm.translate.nri_to_pod import pod_intent
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 
 GI = 1 << 30
@@ -31,3 +33,17 @@ async def start(plugin: Plugin, spec: PodSpec) -> None:
     await plugin.run_pod_sandbox(sandbox)
     for ctr in creation_order(spec):
         await plugin.create_container(sandbox, nri_container(spec, ctr))
+
+
+def admit_and_place(ledger: NodeLedger, spec: PodSpec, whole: bool) -> bool:
+    """Admit the pod straight in the ledger (with its full spec when ``whole``, as in API
+    mode) and place each container; False, with nothing left of it, when it is refused."""
+    sandbox = nri_pod_sandbox(spec)
+    try:
+        ledger.admit(spec.uid, sandbox.id, pod_intent(sandbox), spec if whole else None)
+        for c in spec.all_containers():
+            ledger.place(spec.uid, c.name, f"{spec.uid}-{c.name}", c)
+    except AdmissionError:  # refused (the node is full): the pod does not run
+        ledger.remove_pod(spec.uid)
+        return False
+    return True
