@@ -5,11 +5,14 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from static_view import StaticView
 
+from nri_plrm import metrics as metrics_module
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
@@ -20,6 +23,7 @@ from nri_plrm.engine.spec import (
 )
 from nri_plrm.ledger.view import ContainerView, PodView
 from nri_plrm.metrics import Metrics, MetricsServer, parse_address
+from nri_plrm.steps import beside_loop
 from nri_plrm.topology.model import CPUInfo, Topology
 
 GI = 1024**3
@@ -140,6 +144,58 @@ def test_view_derived_gauges(server: MetricsServer) -> None:
     assert value(text, "cpu_manager_exclusive_cpu_allocation_count") == 5
     assert value(text, "cpu_manager_allocation_per_numa", numa_node="0") == 1
     assert value(text, "cpu_manager_allocation_per_numa", numa_node="1") == 4
+
+
+def _two_pods() -> StaticView:
+    def a(kind: AssignmentType, cpus: str) -> ContainerAssignment:
+        return ContainerAssignment(kind, CPUSet.parse(cpus), CPUSet())
+
+    pods = [
+        PodView(
+            f"u{n}",
+            "ns",
+            f"p{n}",
+            (ContainerView("c", a(AssignmentType.NODE_EXCLUSIVE, str(n))),),
+        )
+        for n in range(2)
+    ]
+    return StaticView(tuple(pods))
+
+
+def test_the_exposition_is_built_in_steps_that_give_the_whole_text() -> None:
+    """One step per pod of the view and per metric family; the text is what
+    ``generate_latest`` writes at once."""
+    metrics = Metrics()
+    metrics.attach_view(_two_pods(), _machine())
+    metrics.on_request("CreateContainer", 0.001, ok=True)
+    steps = metrics.exposition_steps()
+    pieces = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            text = done.value
+            break
+        pieces += 1
+    families = list(metrics.registry.collect())
+    assert pieces == 2 + len(families)
+    assert text == generate_latest(metrics.registry) == metrics.exposition()
+
+
+def test_the_server_builds_the_exposition_beside_the_loop(
+    server: MetricsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs: list[int] = []
+
+    def counted(steps: Any, *args: Any) -> Any:
+        runs.append(1)
+        return beside_loop(steps, *args)
+
+    monkeypatch.setattr(metrics_module, "beside_loop", counted)
+    server.metrics.attach_view(_two_pods(), _machine())
+    status, text = fetch(server, "/metrics")
+    assert status == 200 and value(text, "cpu_manager_exclusive_cpu_allocation_count") == 2
+    assert runs == [1]
 
 
 def test_healthz_follows_nri_state(server: MetricsServer) -> None:
