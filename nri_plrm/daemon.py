@@ -45,7 +45,8 @@ from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.liveness import Liveness
 from nri_plrm.log_output import BatchedOutput
-from nri_plrm.metrics import Metrics, MetricsServer
+from nri_plrm.metrics import Metrics
+from nri_plrm.metrics_server import MetricsServer
 from nri_plrm.nri.stub import ENV_SOCKET, RuntimeUnreachable, Stub
 from nri_plrm.plugin import Plugin
 from nri_plrm.podresources.server import PodResourcesServer

@@ -1,4 +1,4 @@
-"""Prometheus metrics on a private registry, and the ``/metrics`` + ``/healthz`` HTTP server.
+"""Prometheus metrics on a private registry (served by ``nri_plrm.metrics_server``).
 
 The three resource-manager metrics carry the kubelet's names and labels. Everything else is
 about running the plugin itself. Labels are low-cardinality only: never pod or container names.
@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -28,9 +27,8 @@ from nri_plrm.engine.spec import (
     AssignmentType,
     ContainerAssignment,
 )
-from nri_plrm.http_server import IDLE_TIMEOUT, MAX_CONNECTIONS, BoundedHTTPServer, Reply
 from nri_plrm.ledger.view import PodResourcesView, reported_containers
-from nri_plrm.steps import Steps, beside_loop, finish
+from nri_plrm.steps import Steps, finish
 from nri_plrm.topology.model import Topology
 
 SOURCES = ("pod", "node")
@@ -555,62 +553,3 @@ class _OneFamily:
 def _check(value: str, allowed: tuple[str, ...], label: str) -> None:
     if value not in allowed:
         raise ValueError(f"metric label {label}={value!r}: must be one of {', '.join(allowed)}")
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` (``[::1]:9740`` for IPv6) as a (host, port) pair."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"metrics.address {address!r}: must be host:port")
-    return host.strip("[]"), int(port)
-
-
-class MetricsServer:
-    """Serves ``/metrics`` and ``/healthz`` from background threads (see
-    :class:`~nri_plrm.http_server.BoundedHTTPServer` for the connection and thread bounds).
-
-    ``/healthz`` answers 200 ``ok`` only when ``health()`` says so, else 503 with the reason.
-    """
-
-    def __init__(
-        self,
-        metrics: Metrics,
-        address: str,
-        health: Callable[[], tuple[bool, str]] | None = None,
-        *,
-        max_connections: int = MAX_CONNECTIONS,
-        idle_timeout: float = IDLE_TIMEOUT,
-    ) -> None:
-        self.metrics = metrics
-        self.health = health or metrics.health
-        host, port = parse_address(address)
-        routes = {"/metrics": self._metrics, "/healthz": self._healthz}
-        self.http = BoundedHTTPServer(
-            host,
-            port,
-            routes,
-            max_connections=max_connections,
-            idle_timeout=idle_timeout,
-            name="metrics-http",
-        )
-
-    @property
-    def port(self) -> int:
-        """The bound port (useful with port 0)."""
-        return self.http.address[1]
-
-    def start(self) -> None:
-        """Start serving in background threads."""
-        self.http.start()
-        _log.info("metrics listening on %s:%d", self.http.address[0], self.port)
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self.http.stop()
-
-    def _metrics(self) -> Reply:
-        return 200, beside_loop(self.metrics.exposition_steps()), CONTENT_TYPE_LATEST
-
-    def _healthz(self) -> Reply:
-        ok, why = self.health()
-        return (200 if ok else 503), (why + "\n").encode(), "text/plain; charset=utf-8"

@@ -12,7 +12,7 @@ import stat
 
 from nri_plrm.config import Config
 from nri_plrm.doctor.result import Check, fail, ok, warn
-from nri_plrm.metrics import parse_address
+from nri_plrm.metrics_server import parse_address
 from nri_plrm.podresources.client import PodResourcesClient
 
 AREA = "plugin"

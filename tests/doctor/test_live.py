@@ -16,7 +16,8 @@ from nri_plrm.cpuset import CPUSet
 from nri_plrm.doctor import live
 from nri_plrm.doctor.result import Status
 from nri_plrm.ledger.view import ContainerView, PodView
-from nri_plrm.metrics import Metrics, MetricsServer
+from nri_plrm.metrics import Metrics
+from nri_plrm.metrics_server import MetricsServer
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService
 
 

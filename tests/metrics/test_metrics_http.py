@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from static_view import StaticView
 
-from nri_plrm import metrics as metrics_module
+from nri_plrm import metrics_server as server_module
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
@@ -22,7 +22,8 @@ from nri_plrm.engine.spec import (
     MemoryBlock,
 )
 from nri_plrm.ledger.view import ContainerView, PodView
-from nri_plrm.metrics import Metrics, MetricsServer, parse_address
+from nri_plrm.metrics import Metrics
+from nri_plrm.metrics_server import MetricsServer, parse_address
 from nri_plrm.steps import beside_loop
 from nri_plrm.topology.model import CPUInfo, Topology
 
@@ -191,7 +192,7 @@ def test_the_server_builds_the_exposition_beside_the_loop(
         runs.append(1)
         return beside_loop(steps, *args)
 
-    monkeypatch.setattr(metrics_module, "beside_loop", counted)
+    monkeypatch.setattr(server_module, "beside_loop", counted)
     server.metrics.attach_view(_two_pods(), _machine())
     status, text = fetch(server, "/metrics")
     assert status == 200 and value(text, "cpu_manager_exclusive_cpu_allocation_count") == 2

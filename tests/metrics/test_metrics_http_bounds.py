@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from nri_plrm.http_server import WORKERS
-from nri_plrm.metrics import Metrics, MetricsServer
+from nri_plrm.metrics import Metrics
+from nri_plrm.metrics_server import MetricsServer
 
 IDLE = 400
 """Idle connections opened (far over the server's 64)."""
