@@ -170,12 +170,13 @@ class UpdateFlusher:
         or until something that cannot wait is queued."""
         loop = asyncio.get_running_loop()
         latest = loop.time() + GROWTH_WAIT_MAX
-        seen = -1
-        while not self._urgent and seen != self.ledger.decisions and loop.time() < latest:
+        while not self._urgent and loop.time() < latest:
             seen = self.ledger.decisions
             self._wake = loop.create_future()
             await asyncio.wait({self._wake}, timeout=min(GROWTH_DELAY, latest - loop.time()))
             self._wake = None
+            if self.ledger.decisions == seen:
+                return
 
     async def _send(self, targets: list[Target]) -> None:
         """Send ``targets``; what the runtime now has is what was sent last, so a container

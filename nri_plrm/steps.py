@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -54,17 +54,12 @@ def beside_loop(
     ``seconds`` of work, sleep ``pause`` so the loop's thread, if it waits for the GIL, takes
     it. A request arriving meanwhile waits for one piece, not for the whole computation (a
     thread that never sleeps keeps the GIL for the interpreter's switch interval, 5 ms)."""
-    timed = _timed(steps, seconds)
-    while True:
-        try:
-            next(timed)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        time.sleep(pause)
+    return finish(_timed(steps, seconds, lambda: time.sleep(pause)))
 
 
-def _timed(steps: Steps[T], seconds: float) -> Steps[T]:
-    """``steps`` yielding only once ``seconds`` of work have passed since the last yield."""
+def _timed(steps: Steps[T], seconds: float, between: Callable[[], None] | None = None) -> Steps[T]:
+    """``steps`` yielding only once ``seconds`` of work have passed since the last yield, and
+    calling ``between`` there (outside the measured work) when given."""
     ends = time.perf_counter() + seconds
     while True:
         try:
@@ -73,4 +68,6 @@ def _timed(steps: Steps[T], seconds: float) -> Steps[T]:
             return done.value  # type: ignore[no-any-return]
         if time.perf_counter() > ends:
             yield
+            if between is not None:
+                between()
             ends = time.perf_counter() + seconds

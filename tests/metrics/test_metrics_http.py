@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from counted_steps import run_counted
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from static_view import StaticView
@@ -169,15 +170,7 @@ def test_the_exposition_is_built_in_steps_that_give_the_whole_text() -> None:
     metrics = Metrics()
     metrics.attach_view(_two_pods(), _machine())
     metrics.on_request("CreateContainer", 0.001, ok=True)
-    steps = metrics.exposition_steps()
-    pieces = 0
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            text = done.value
-            break
-        pieces += 1
+    text, pieces = run_counted(metrics.exposition_steps())
     families = list(metrics.registry.collect())
     assert pieces == 2 + len(families)
     assert text == generate_latest(metrics.registry) == metrics.exposition()

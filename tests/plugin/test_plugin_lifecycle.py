@@ -6,35 +6,17 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from plrm_harness import serve
+from plrm_harness import serve, stored_plugin
 
-from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
-from nri_plrm.engine.facade import Engine
-from nri_plrm.ledger import NodeLedger
-from nri_plrm.plugin import Plugin
-from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
 from nri_plrm.translate.pod_to_cri import nri_container, nri_pod_sandbox
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
-
-
-def new_plugin(state: Path) -> Plugin:
-    plugin = Plugin(
-        NodeLedger(
-            Engine(MACHINES["default"], parse_config(CONFIG).engine_config()),
-            store=CheckpointStore(state),
-        )
-    )
-    plugin.ledger.open()
-    return plugin
 
 
 def test_restarted_container_gets_its_cpus_back(tmp_path: Path) -> None:
     (spec,) = load_manifests([EXAMPLES / "pod-scope-mixed.yaml"])
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
@@ -60,7 +42,7 @@ def test_restarted_container_gets_its_cpus_back(tmp_path: Path) -> None:
 
 def test_recreated_sandbox_keeps_the_reservation(tmp_path: Path) -> None:
     (spec,) = load_manifests([EXAMPLES / "tightly-coupled-database.yaml"])
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
@@ -87,7 +69,7 @@ def test_recreated_sandbox_keeps_the_reservation(tmp_path: Path) -> None:
             await s.sim.remove_pod_sandbox(new)
             assert plugin.ledger.pods() == ()
             assert plugin.ledger.engine.pod_cpus(spec.uid) is None
-        reader = new_plugin(tmp_path / "state")
+        reader = stored_plugin(tmp_path / "state")
         assert reader.ledger.pods() == ()
 
     asyncio.run(main())

@@ -10,36 +10,19 @@ from pathlib import Path
 
 import pytest
 from inprocess_pods import start
-from plrm_harness import serve
+from plrm_harness import serve, stored_plugin
 from plrm_invariants import check
 from plrm_runtime import FakeRuntime
 
 from nri_plrm import pool_updates
-from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
 from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, ContainerSpec, PodSpec
-from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
 from nri_plrm.pool_updates import GROWTH_DELAY, SentUpdates
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.pod_to_cri import nri_container, nri_pod_sandbox
 
-CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 GI = 1 << 30
-
-
-def new_plugin(state: Path) -> Plugin:
-    plugin = Plugin(
-        NodeLedger(
-            Engine(MACHINES["default"], parse_config(CONFIG).engine_config()),
-            store=CheckpointStore(state),
-        )
-    )
-    plugin.ledger.open()
-    return plugin
 
 
 def best_effort(n: int) -> PodSpec:
@@ -65,6 +48,12 @@ def updates_to(sim: object, cids: set[str]) -> int:
     return count
 
 
+async def follower(rt: FakeRuntime) -> tuple[api.PodSandbox, str]:
+    """A best-effort pod whose container ``c`` runs on the node shared pool; its id."""
+    sandbox = await rt.launch(best_effort(0))
+    return sandbox, rt.id_of(sandbox, "c")
+
+
 async def followers_and_a_guaranteed_pod(rt: FakeRuntime) -> tuple[set[str], api.PodSandbox]:
     """Three best-effort containers on the node shared pool, then a Guaranteed pod that shrank
     it; the containers' ids and the pod, once the runtime holds every update."""
@@ -76,7 +65,7 @@ async def followers_and_a_guaranteed_pod(rt: FakeRuntime) -> tuple[set[str], api
 
 
 def test_churn_that_takes_the_same_cpus_back_sends_the_pool_nothing(tmp_path: Path) -> None:
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
@@ -104,7 +93,7 @@ def test_a_grown_pool_waits_while_decisions_go_on(
     first removal ends: still nothing is sent, since decisions never paused that long."""
     delay = 0.2
     monkeypatch.setattr(pool_updates, "GROWTH_DELAY", delay)
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
@@ -131,7 +120,7 @@ def test_a_grown_pool_is_sent_after_the_longest_wait_however_busy(
 ) -> None:
     longest = 0.3
     monkeypatch.setattr(pool_updates, "GROWTH_WAIT_MAX", longest)
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
@@ -158,13 +147,12 @@ def test_a_grown_pool_is_sent_after_the_longest_wait_however_busy(
 
 
 def test_a_grown_pool_waits_and_a_shrunk_one_is_in_the_reply(tmp_path: Path) -> None:
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
             rt, sim = s.runtime, s.sim
-            be = await rt.launch(best_effort(0))
-            cid = rt.id_of(be, "c")
+            be, cid = await follower(rt)
             pod = await rt.launch(guaranteed(0))
             exclusive = rt.cpus_of(pod, "main")
             assert not rt.cpus_of(be, "c") & exclusive  # in the CreateContainer reply
@@ -179,13 +167,12 @@ def test_a_grown_pool_waits_and_a_shrunk_one_is_in_the_reply(tmp_path: Path) -> 
 
 
 def test_a_failed_update_is_sent_again(tmp_path: Path) -> None:
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
             rt, sim = s.runtime, s.sim
-            be = await rt.launch(best_effort(0))
-            cid = rt.id_of(be, "c")
+            be, cid = await follower(rt)
             sim.fail_update_ids.add(cid)
             pod = await rt.launch(guaranteed(0))
             await rt.remove_pod(pod)
@@ -228,7 +215,7 @@ def test_sent_updates_are_trusted_for_a_while() -> None:
 def test_a_container_that_moved_while_its_update_was_out_is_sent_again(tmp_path: Path) -> None:
     """The runtime holds what reached it last: when a decision moves the pool while an
     ``UpdateContainers`` is out, the containers it named are sent their new assignment."""
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
     sent: list[list[tuple[str, str]]] = []
 
     async def main() -> None:
@@ -258,7 +245,7 @@ def test_a_container_that_moved_while_its_update_was_out_is_sent_again(tmp_path:
 def test_an_update_that_never_got_an_answer_is_not_trusted(tmp_path: Path) -> None:
     """An ``UpdateContainers`` that failed without an answer may have been applied: when the
     pool comes back to what the container was sent before, it is sent again."""
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
         async def sender(updates: list[api.ContainerUpdate]) -> list[api.ContainerUpdate]:

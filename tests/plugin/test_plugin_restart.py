@@ -10,22 +10,17 @@ import os
 from pathlib import Path
 
 import pytest
-from plrm_harness import serve
+from plrm_harness import serve, stored_plugin
 from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
-from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import PodSpec
-from nri_plrm.ledger import NodeLedger
 from nri_plrm.plugin import Plugin
-from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
 from nri_plrm.ttrpc.messages import TtrpcError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-POD_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 
 
 def manifest(name: str, copy: int = 0) -> PodSpec:
@@ -35,20 +30,13 @@ def manifest(name: str, copy: int = 0) -> PodSpec:
     return pod
 
 
-def new_plugin(state: Path) -> Plugin:
-    engine = Engine(MACHINES["default"], parse_config(POD_SCOPE).engine_config())
-    plugin = Plugin(NodeLedger(engine, store=CheckpointStore(state)))
-    plugin.ledger.open()
-    return plugin
-
-
 def live_uids(rt: FakeRuntime) -> set[str]:
     return {p.uid for p in rt.pods.values()}
 
 
 async def first_life(tmp_path: Path) -> FakeRuntime:
     """Run four pods, remove one; return the runtime as the plugin left it."""
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
     async with serve(plugin, str(tmp_path / "nri.sock"), clean_stop=False) as s:
         rt = s.runtime
         await rt.launch(manifest("pod-scope-mixed"))
@@ -63,7 +51,7 @@ async def first_life(tmp_path: Path) -> FakeRuntime:
 
 async def second_life(tmp_path: Path, rt: FakeRuntime) -> tuple[Plugin, list[str]]:
     """Restart from the same state directory; Synchronize reports what the runtime has."""
-    plugin = new_plugin(tmp_path / "state")
+    plugin = stored_plugin(tmp_path / "state")
     pods, ctrs = rt.sync_lists()
     async with serve(
         plugin, str(tmp_path / "nri.sock"), pods=pods, containers=ctrs, runtime=rt, clean_stop=False
@@ -167,7 +155,7 @@ def test_failed_checkpoint_write_fails_the_request_and_rolls_back(tmp_path: Path
     full checkpoint and everything is durable again, without a restart."""
 
     async def main() -> None:
-        plugin = new_plugin(tmp_path / "state")
+        plugin = stored_plugin(tmp_path / "state")
         journal, store = plugin.ledger.persistence.journal, plugin.ledger.persistence.store
         assert journal is not None and store is not None
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
@@ -189,7 +177,7 @@ def test_failed_checkpoint_write_fails_the_request_and_rolls_back(tmp_path: Path
             plugin.ledger.persistence.store = store
             await rt.create(pod, mixed, mixed.init_containers[0])
             assert journal.broken is None and journal.is_open
-        restarted = new_plugin(tmp_path / "state")
+        restarted = stored_plugin(tmp_path / "state")
         assert (
             restarted.ledger.snapshot()["engine"]["cpu"]
             == plugin.ledger.snapshot()["engine"]["cpu"]

@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
+from counted_steps import run_counted
 from podres_raw import RawPodResourcesClient
 from static_view import StaticView
 
@@ -335,15 +336,7 @@ def test_list_is_built_a_pod_at_a_time() -> None:
     """The server builds ``List`` in steps (one per pod) that a thread beside the event loop
     runs with pauses; the reply is the one built at once."""
     pods = VIEW.pods()
-    steps = report.list_steps(pods)
-    pieces = 0
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            reply = done.value
-            break
-        pieces += 1
+    reply, pieces = run_counted(report.list_steps(pods))
     assert pieces == len(pods) > 1
     assert reply == pb.ListPodResourcesResponse(pod_resources=[report.pod_message(p) for p in pods])
     assert report.list_response(VIEW) == reply

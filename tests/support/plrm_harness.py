@@ -6,13 +6,29 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
+from nri_plrm.checkpoint.store import CheckpointStore
+from nri_plrm.config_file import parse_config
+from nri_plrm.engine.facade import Engine
+from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.stub import Stub
 from nri_plrm.plugin import Plugin
 from nri_plrm.proto import nri_api_pb2 as api
+from nri_plrm.topology.machines import MACHINES
+
+POD_SCOPE = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
+
+
+def stored_plugin(state: Path, config: str = POD_SCOPE) -> Plugin:
+    """A plugin on the default machine, its checkpoint and journal in ``state`` (opened)."""
+    engine = Engine(MACHINES["default"], parse_config(config).engine_config())
+    plugin = Plugin(NodeLedger(engine, store=CheckpointStore(state)))
+    plugin.ledger.open()
+    return plugin
 
 
 @dataclass
