@@ -5,7 +5,7 @@ a removal gives the CPUs back."""
 from __future__ import annotations
 
 import pytest
-from containerd_kit import EXCLUSIVE_1CPU, MIB, Pod, PluginProcess, Testbed
+from containerd_kit import EXCLUSIVE_1CPU, MIB, PluginProcess, Pod, Testbed
 
 pytestmark = pytest.mark.containerd
 
