@@ -79,6 +79,9 @@ class NRISettings:
     request_timeout: float = 2.0
     """containerd's ``plugin_request_timeout`` in seconds (handler latency budget)."""
     reconnect: bool = True
+    cri_socket: str = "/run/containerd/containerd.sock"
+    """containerd's CRI socket: other pods' containers get their cpusets through CRI
+    ``UpdateContainerResources`` there (the kubelet's path); "" = never."""
 
 
 @dataclass(frozen=True)

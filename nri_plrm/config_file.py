@@ -258,6 +258,7 @@ class _Parser:
             plugin_index=plugin_index,
             registration_timeout=seconds,
             request_timeout=seconds,
+            cri_socket=optional_path,
         )
 
     def _state(self, table: Mapping[str, Any]) -> StateSettings:

@@ -40,6 +40,7 @@ from nri_plrm.config import (
     validate_for_topology,
 )
 from nri_plrm.config_file import load_config
+from nri_plrm.cri_updates import CRIUpdater
 from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
@@ -228,7 +229,8 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
         reconnect=config.nri.reconnect,
         observer=metrics,
     )
-    plugin.attach(stub.update_containers)
+    cri = CRIUpdater(config.nri.cri_socket, plugin.log) if config.nri.cri_socket else None
+    plugin.attach(stub.update_containers, cri=cri, nri_version=lambda: stub.runtime_nri_version)
     liveness = Liveness(stub, metrics.health)
 
     http: MetricsServer | None = None

@@ -74,6 +74,7 @@ NEAR_TIMEOUT_FRACTION = 0.5
 """A request that took at least this fraction of the runtime's timeout counts as near it."""
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+_LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _log = logging.getLogger(__name__)
 
 
@@ -192,6 +193,13 @@ class Metrics:
             "nri_plrm_nri_requests_near_timeout",
             "NRI requests that took at least half of the runtime's request timeout, by event.",
             ["event"],
+            registry=r,
+        )
+        self.pool_update_lag = Histogram(
+            "nri_plrm_pool_update_lag_seconds",
+            "Seconds from a decision that moved a container of another pod (its pool shrank or "
+            "grew) until the runtime applied its new cpuset.",
+            buckets=_LAG_BUCKETS,
             registry=r,
         )
         self.checkpoint_writes = Counter(
@@ -413,6 +421,10 @@ class Metrics:
                 seconds,
                 self.request_timeout,
             )
+
+    def observe_pool_update_lag(self, seconds: float) -> None:
+        """One container's pool update was applied ``seconds`` after the decision."""
+        self.pool_update_lag.observe(seconds)
 
     def health(self) -> tuple[bool, str]:
         """(healthy, why): healthy only when connected to NRI and synchronized."""

@@ -14,9 +14,9 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.cri_updates import CRIUpdater
 from nri_plrm.engine.explain import explain_rejection, rejection_text
 from nri_plrm.engine.facade import Changes
 from nri_plrm.engine.spec import (
@@ -91,7 +91,12 @@ class Plugin:
         self.runtime = ("", "")
         self.sent = SentUpdates()
         """What the runtime was sent lately: updates that would repeat it are left out."""
-        self.flusher = UpdateFlusher(ledger, self.log, self.sent)
+        self.flusher = UpdateFlusher(
+            ledger,
+            self.log,
+            self.sent,
+            metrics.observe_pool_update_lag if metrics is not None else None,
+        )
         self.inference = SingleContainerInference(ledger, self.log, self._event)
         self.resizes = Resizes(
             ledger,
@@ -100,42 +105,37 @@ class Plugin:
             decision_log=self.decision_log,
             event=self._event,
         )
-        self._changed_at_admission: dict[ContainerKey, None] = {}
-        """Containers changed by a RunPodSandbox (its reply carries no updates): they go with
-        the next CreateContainer reply."""
 
-    def attach(self, sender: UpdateSender | None) -> None:
-        """Set the function that sends unsolicited updates (the stub's ``update_containers``)."""
-        self.flusher.sender = sender
+    def attach(
+        self,
+        sender: UpdateSender | None,
+        *,
+        cri: CRIUpdater | None = None,
+        nri_version: Callable[[], str] = str,
+    ) -> None:
+        """Set how other containers' updates reach the runtime: ``sender`` sends an NRI
+        ``UpdateContainers`` (the stub's ``update_containers``), ``cri`` a CRI
+        ``UpdateContainerResources`` per container; ``nri_version`` tells the connected
+        runtime's NRI version. The choice is made at each Configure (:meth:`configure`)."""
+        self.flusher.routes(sender, cri, nri_version)
 
     async def drain(self) -> None:
         """Wait until queued pool updates have been sent (tests, shutdown)."""
         await self.flusher.drain()
 
     async def reassert(self, cpus: Callable[[ContainerAssignment], CPUSet]) -> tuple[int, int]:
-        """Send every container its assignment with the cpuset ``cpus`` gives (empty: skipped)
-        through the update sender, outside any NRI event (CPU hotplug repair).
-
-        Returns (updates sent, updates the runtime reported failed); (0, 0) when not attached.
-        """
-        updates = []
-        for cid, key in sorted(self.ledger.tables.ids.items()):
-            if (assignment := self.ledger.assignment(key)) is not None and (
-                chosen := cpus(assignment)
-            ):
-                updates.append(assignment_update(cid, replace(assignment, cpus=chosen)))
-        sender = self.flusher.sender
-        if sender is None or not updates:
-            return 0, 0
-        self.sent.clear()  # these cpusets are not the assignments: nothing sent is known now
-        return len(updates), len(await sender(updates) or ())
+        """Every container's assignment with the cpuset ``cpus`` gives, sent outside any NRI
+        event (CPU hotplug repair): :meth:`UpdateFlusher.reassert`."""
+        return await self.flusher.reassert(cpus)
 
     # ----------------------------------------------------------------- NRI handlers
 
     def configure(self, config: str, runtime_name: str, runtime_version: str) -> None:
-        """Remember the runtime; the plugin takes its settings from its own file, not NRI."""
+        """Remember the runtime and choose how other containers' updates reach it; the plugin
+        takes its settings from its own file, not NRI."""
         self.runtime = (runtime_name, runtime_version)
         self.log.info("configured by %s %s", runtime_name, runtime_version)
+        self.flusher.choose_route()
 
     async def run_pod_sandbox(self, pod: api.PodSandbox) -> None:
         """Admit the pod: reserve its budget (scope pod) or fail the sandbox like the kubelet."""
@@ -165,7 +165,7 @@ class Plugin:
             raise NRIError(f"{err.reason}: {why}") from err
         except NotSavedError as exc:
             raise NRIError(str(exc)) from exc
-        self._changed_at_admission.update(dict.fromkeys(changes))
+        self._send_later(changes)
         if not self.log.isEnabledFor(self._decision_level):
             return
         cpus = self.ledger.engine.pod_cpus(uid)
@@ -197,7 +197,8 @@ class Plugin:
     async def create_container(
         self, pod: api.PodSandbox, container: api.Container
     ) -> tuple[api.ContainerAdjustment | None, list[api.ContainerUpdate]]:
-        """Decide the container's cpuset; adjust it and update containers whose pool moved."""
+        """Decide the container's cpuset and adjust it; the reply also updates the pod's own
+        containers whose pool moved, the flusher the other pods' ones once it started."""
         uid = pod_identity(pod)[0]
         record = self.ledger.pod(uid)
         if record is None:
@@ -213,11 +214,8 @@ class Plugin:
         assignment, changes, kind = self.place_inferred(record, container)
         adjust = _adjustment(assignment)
         self.sent.record([(container.id, assignment)])
-        owed, self._changed_at_admission = self._changed_at_admission, {}
-        later = self.ledger.assignments(key for key in owed if key not in changes)
-        updates = reply_updates(
-            self.sent, targets_for(self.ledger, {**changes, **later}, container.id)
-        )
+        self.flusher.starting(container.id)
+        updates = self.flusher.reply_updates(uid, changes, container.id)
         if kind == DEMOTE:
             updates = self.inference.with_budget_quota(record, updates)
             self.sent.forget(record.containers.values())  # their updates carried the quota too
@@ -246,8 +244,8 @@ class Plugin:
             return reply_updates(self.sent, current, again=True)
         assignment, changes = self.resizes.container(record, key[1], new)
         self.sent.record([(container.id, assignment)])
-        others = reply_updates(self.sent, targets_for(self.ledger, changes, container.id))
-        return [assignment_update(container.id, assignment), *others]
+        own = self.flusher.reply_updates(key[0], changes, container.id)
+        return [assignment_update(container.id, assignment), *own]
 
     def update_pod_sandbox(
         self,
@@ -274,14 +272,19 @@ class Plugin:
         self, pod: api.PodSandbox, container: api.Container
     ) -> list[api.ContainerUpdate]:
         """The container exited (maybe reported twice): its exclusive slice becomes reusable."""
+        self.flusher.started(container.id)
         key = self.ledger.container(container.id)
         if key is None:
             return []
-        changes = self.ledger.stop(key)
-        return reply_updates(self.sent, targets_for(self.ledger, changes, container.id))
+        return self.flusher.reply_updates(key[0], self.ledger.stop(key), container.id)
+
+    def post_start_container(self, pod: api.PodSandbox, container: api.Container) -> None:
+        """The container started: the pool updates its creation queued may go now."""
+        self.flusher.started(container.id)
 
     def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None:
         """Release the container per the kubelet's rules; grown pools are sent asynchronously."""
+        self.flusher.started(container.id)
         if self.ledger.container(container.id) is None:
             return
         self._send_later(self.ledger.remove_container(container.id), grown=True)
@@ -331,7 +334,6 @@ class Plugin:
                 gc.enable()
         self.flusher.clear()
         self.sent.clear()
-        self._changed_at_admission.clear()
         reconciler.log_summary(len(pods), len(containers), len(updates), start)
         return updates
 
@@ -427,8 +429,8 @@ class Plugin:
             self.metrics.record_reconcile(action)
 
     def _send_later(self, changes: Iterable[ContainerKey], *, grown: bool = False) -> None:
-        """Queue pool changes for the flusher: right after the reply, or after its delay for
-        pools that only ``grown`` (Synchronize answers for everything itself)."""
+        """Queue pool changes for the flusher, sent once the node settled (Synchronize answers
+        for everything itself)."""
         if not self.ledger.in_batch:
             self.flusher.queue(changes, grown=grown)
 

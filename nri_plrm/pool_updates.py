@@ -28,15 +28,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
+from nri_plrm.cpuset import CPUSet
+from nri_plrm.cri_updates import CRIUpdater
 from nri_plrm.engine.spec import ContainerAssignment
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.ledger.tables import ContainerKey
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.translate.pod_to_cri import assignment_updates
+from nri_plrm.translate.pod_to_cri import assignment_update, assignment_updates
 
 UpdateSender = Callable[[list[api.ContainerUpdate]], Awaitable[Any]]
 """Sends an unsolicited ``UpdateContainers`` (the stub's ``update_containers``)."""
@@ -93,45 +97,154 @@ class SentUpdates:
         return len(self._sent)
 
 
-GROWTH_DELAY = 0.05
-"""Seconds without a decision that a pool that grew (a container or pod removed) waits before
-its containers are updated: when the next admission takes the same CPUs back meanwhile,
-nothing is sent."""
+SETTLE = 0.05
+"""Seconds without a decision, and with no container between its creation and its start,
+that queued updates wait for before each batch: containerd applies an ``UpdateContainers``
+under the lock every NRI event takes, so a batch sent while a pod starts delays that start."""
+
+SHRINK_WAIT_MAX = 0.5
+"""Seconds a pool that shrank waits at most for the node to settle: its containers still run
+on CPUs that were just given to an exclusive slice (the kubelet leaves them there until its
+next reconcile, up to 10 s)."""
 
 GROWTH_WAIT_MAX = 1.0
-"""Seconds a grown pool waits at most, however busy the node (the kubelet itself moves shared
-pool containers every 10 s)."""
+"""Seconds a pool that only grew waits at most (a pod start often takes the freed CPUs back
+meanwhile, and then nothing needs sending)."""
+
+GROWTH_DELAY = SETTLE
+"""The calm a grown pool waits for (the name the earlier design gave it)."""
+
+BATCH = 10
+"""Containers per ``UpdateContainers``: containerd applies each update with a runc update
+(15-25 ms on a busy node) while it holds the NRI lock, so a pod start that arrives during a
+batch waits for at most this many."""
+
+START_WAIT = 2.0
+"""Seconds a created container counts as starting when no PostStartContainer follows (its
+start failed, or the runtime does not send it)."""
+
+UPDATE_ATTEMPTS = 3
+"""Deliveries tried for one change of a container before it is left to the next change or
+Synchronize (each failure is logged with the runtime's reason)."""
+
+
+class _Queued:
+    """A container waiting for its update: since when, how long it may wait, attempts made."""
+
+    __slots__ = ("attempts", "deadline", "since")
+
+    def __init__(self, since: float, wait_max: float) -> None:
+        self.since = since
+        self.deadline = since + wait_max
+        self.attempts = 0
 
 
 class UpdateFlusher:
-    """Sends the current assignment of queued containers with ``UpdateContainers``, once the
-    handler that queued them has replied (for a pool that grew: once decisions paused for
-    ``GROWTH_DELAY``, ``GROWTH_WAIT_MAX`` at most), leaving out what the runtime was sent
-    already (``sent``)."""
+    """Sends the current assignment of queued containers with ``UpdateContainers``, outside
+    every NRI event: in batches of ``BATCH``, each once the node settled (no decision for
+    ``SETTLE`` and no container between its creation and its start) or once the oldest queued
+    change waited its longest (``SHRINK_WAIT_MAX``, ``GROWTH_WAIT_MAX`` for a pool that only
+    grew), leaving out what the runtime was sent already (``sent``). ``observe_lag`` receives,
+    for each delivered update, the seconds since the change was queued."""
 
-    def __init__(self, ledger: NodeLedger, logger: logging.Logger, sent: SentUpdates) -> None:
+    def __init__(
+        self,
+        ledger: NodeLedger,
+        logger: logging.Logger,
+        sent: SentUpdates,
+        observe_lag: Callable[[float], None] | None = None,
+    ) -> None:
         self.ledger = ledger
         self.log = logger
         self.sent = sent
+        self.observe_lag = observe_lag
         self.sender: UpdateSender | None = None
-        self._queued: set[ContainerKey] = set()
+        """How updates go now (:meth:`choose_route`); None: in the events' replies."""
+        self.nri: UpdateSender | None = None
+        self.cri: CRIUpdater | None = None
+        self.nri_version: Callable[[], str] = str
+        self._queued: dict[ContainerKey, _Queued] = {}
+        self._starting: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         self._urgent = False
         self._wake: asyncio.Future[None] | None = None
 
-    def queue(self, keys: Iterable[ContainerKey], *, grown: bool = False) -> None:
-        """Send these containers' assignments soon: after the reply, or once decisions paused
-        when their pool only grew (no-op without a sender or a loop)."""
+    def routes(
+        self, nri: UpdateSender | None, cri: CRIUpdater | None, nri_version: Callable[[], str]
+    ) -> None:
+        """The ways to the runtime: ``nri`` sends an NRI ``UpdateContainers``, ``cri`` a CRI
+        ``UpdateContainerResources`` per container; ``nri_version`` tells the connected
+        runtime's NRI version. Until :meth:`choose_route`, updates go through ``nri``."""
+        self.nri, self.cri, self.nri_version = nri, cri, nri_version
+        self.sender = nri
+
+    def choose_route(self) -> None:
+        """Choose the way for this connection (at Configure) and log it."""
+        self.sender, how = choose_update_path(self.cri, self.nri, self.nri_version())
+        level = logging.INFO if self.sender is not None else logging.WARNING
+        self.log.log(level, "updates of other pods' containers: %s", how)
+
+    def reply_updates(
+        self, uid: str, changes: Mapping[ContainerKey, ContainerAssignment], exclude: str
+    ) -> list[api.ContainerUpdate]:
+        """The updates an event's reply carries: the changed containers of the pod ``uid``
+        (as many as the pod has, never as many as the node), leaving out ``exclude`` (the one
+        the reply adjusts); the other pods' changed containers are queued. containerd applies
+        a reply's updates before the event returns, while every other pod start waits. With
+        no way outside the events, everything queued goes in the reply."""
         if self.sender is None:
-            return
-        self._queued.update(keys)
-        if not self._queued:
-            return
-        if not grown:
-            self._hurry()
-        if self._task is None or self._task.done():
+            owed = self.ledger.assignments(self.take())
+            return reply_updates(self.sent, targets_for(self.ledger, {**owed, **changes}, exclude))
+        own = {key: assignment for key, assignment in changes.items() if key[0] == uid}
+        if not self.ledger.in_batch:
+            self.queue(key for key in changes if key[0] != uid)
+        return reply_updates(self.sent, targets_for(self.ledger, own, exclude))
+
+    async def reassert(self, cpus: Callable[[ContainerAssignment], CPUSet]) -> tuple[int, int]:
+        """Send every container its assignment with the cpuset ``cpus`` gives (empty: skipped)
+        with an NRI ``UpdateContainers``, outside any NRI event (CPU hotplug repair).
+
+        Returns (updates sent, updates the runtime reported failed); (0, 0) when not attached.
+        """
+        updates = []
+        for cid, key in sorted(self.ledger.tables.ids.items()):
+            if (assignment := self.ledger.assignment(key)) is not None and (
+                chosen := cpus(assignment)
+            ):
+                updates.append(assignment_update(cid, replace(assignment, cpus=chosen)))
+        if self.nri is None or not updates:
+            return 0, 0
+        self.sent.clear()  # these cpusets are not the assignments: nothing sent is known now
+        return len(updates), len(await self.nri(updates) or ())
+
+    def queue(self, keys: Iterable[ContainerKey], *, grown: bool = False) -> None:
+        """Send these containers' assignments once the node settles (no-op without a sender
+        or a loop); a container already queued keeps its place and the shorter wait."""
+        now = time.monotonic()
+        wait_max = GROWTH_WAIT_MAX if grown else SHRINK_WAIT_MAX
+        for key in keys:
+            known = self._queued.get(key)
+            if known is None:
+                self._queued[key] = _Queued(now, wait_max)
+            else:
+                known.deadline = min(known.deadline, now + wait_max)
+        if self.sender is not None and self._queued and (self._task is None or self._task.done()):
             with contextlib.suppress(RuntimeError):
                 self._task = asyncio.get_running_loop().create_task(self._flush())
+
+    def take(self) -> list[ContainerKey]:
+        """Empty the queue into a reply (when no path outside the events is safe)."""
+        keys = list(self._queued)
+        self._queued.clear()
+        return keys
+
+    def starting(self, cid: str) -> None:
+        """A container was created: updates wait until it started (``START_WAIT`` at most)."""
+        self._starting[cid] = time.monotonic() + START_WAIT
+
+    def started(self, cid: str) -> None:
+        """The container started, exited or is gone."""
+        self._starting.pop(cid, None)
 
     def _hurry(self) -> None:
         self._urgent = True
@@ -141,16 +254,17 @@ class UpdateFlusher:
     def clear(self) -> None:
         """Drop the queue (a Synchronize answers for every container)."""
         self._queued.clear()
+        self._starting.clear()
 
     def cancel(self) -> None:
         """Drop the queue and stop sending (connection lost)."""
-        self._queued.clear()
+        self.clear()
         if self._task is not None:
             self._task.cancel()
             self._task = None
 
     async def drain(self) -> None:
-        """Wait until queued updates have been sent (tests, shutdown)."""
+        """Send what is queued now, without waiting for the node to settle (tests, shutdown)."""
         while self._task is not None and not self._task.done():
             self._hurry()
             await asyncio.shield(self._task)
@@ -158,48 +272,130 @@ class UpdateFlusher:
     async def _flush(self) -> None:
         while self._queued and self.sender is not None:
             await self._pause()
-            self._urgent = False
             await asyncio.sleep(0)
-            keys, self._queued = self._queued, set()
-            targets = self.sent.new(targets_for(self.ledger, self.ledger.assignments(sorted(keys))))
+            batch = sorted(self._queued, key=lambda key: self._queued[key].deadline)[:BATCH]
+            entries = {key: self._queued.pop(key) for key in batch}
+            targets = self.sent.new(targets_for(self.ledger, self.ledger.assignments(batch)))
             if targets:
-                await self._send(targets)
+                await self._send(targets, entries)
+
+    def _settled(self, now: float) -> bool:
+        """No container between its creation and its start (expired ones forgotten)."""
+        for cid, until in list(self._starting.items()):
+            if until <= now:
+                del self._starting[cid]
+        return not self._starting
 
     async def _pause(self) -> None:
-        """Wait until no decision was made for ``GROWTH_DELAY`` (``GROWTH_WAIT_MAX`` at most),
-        or until something that cannot wait is queued."""
+        """Wait until the node settled: no decision for ``SETTLE`` and nothing starting; or
+        until the most pressing queued change waited its longest (or ``drain``)."""
         loop = asyncio.get_running_loop()
-        latest = loop.time() + GROWTH_WAIT_MAX
+        latest = loop.time() + max(
+            0.0, min(q.deadline for q in self._queued.values()) - time.monotonic()
+        )
         while not self._urgent and loop.time() < latest:
             seen = self.ledger.decisions
             self._wake = loop.create_future()
-            await asyncio.wait({self._wake}, timeout=min(GROWTH_DELAY, latest - loop.time()))
+            await asyncio.wait({self._wake}, timeout=min(SETTLE, latest - loop.time()))
             self._wake = None
-            if self.ledger.decisions == seen:
-                return
+            if self.ledger.decisions == seen and self._settled(time.monotonic()):
+                break
+        self._urgent = False
 
-    async def _send(self, targets: list[Target]) -> None:
+    async def _send(self, targets: list[Target], entries: Mapping[ContainerKey, _Queued]) -> None:
         """Send ``targets``; what the runtime now has is what was sent last, so a container
-        whose assignment changed while the request was out is queued again."""
+        whose assignment changed while the request was out is queued again, and one whose
+        update failed is tried again while it exists (``UPDATE_ATTEMPTS`` per change)."""
         assert self.sender is not None
-        try:
-            failed = await self.sender(assignment_updates(targets))
-        except Exception as exc:  # the runtime reports failures without details
-            self.sent.forget(cid for cid, _ in targets)
-            self.log.warning("pool update of %d containers failed: %s", len(targets), exc)
-            return
-        self.sent.record(targets)
-        if failed:
-            self.sent.forget(u.container_id for u in failed)
-            self.log.warning("pool update failed for %d containers", len(failed))
         ids = self.ledger.tables.ids
-        moved = [
-            key
-            for cid, assignment in targets
-            if (key := ids.get(cid)) is not None and self.ledger.assignment(key) != assignment
-        ]
-        if moved:
-            self.queue(moved)
+        try:
+            failed = list(await self.sender(assignment_updates(targets)))
+        except Exception as exc:
+            self.log.warning(
+                "pool update of %d containers failed: %s", len(targets), describe_error(exc)
+            )
+            failed = assignment_updates(targets)
+        failed_ids = {update.container_id for update in failed}
+        self.sent.record(target for target in targets if target[0] not in failed_ids)
+        self.sent.forget(failed_ids)
+        now = time.monotonic()
+        if self.observe_lag is not None:
+            for cid, _ in targets:
+                key = ids.get(cid)
+                if cid not in failed_ids and key is not None and key in entries:
+                    self.observe_lag(now - entries[key].since)
+        retry = []
+        for cid, assignment in targets:
+            key = ids.get(cid)
+            if key is None:
+                continue  # removed meanwhile: nothing to send it any more
+            entry = entries.get(key)
+            if cid in failed_ids:
+                if entry is not None and entry.attempts + 1 < UPDATE_ATTEMPTS:
+                    entry.attempts += 1
+                    retry.append((key, entry))
+                else:
+                    self.log.warning(
+                        "pool update of container %s (%s/%s) failed %d times; left to the next "
+                        "change or Synchronize",
+                        cid,
+                        *key,
+                        UPDATE_ATTEMPTS,
+                    )
+            elif self.ledger.assignment(key) != assignment:
+                self.queue([key])
+        for key, entry in retry:
+            if key not in self._queued:
+                entry.deadline = now + SETTLE * (2**entry.attempts)
+                self._queued[key] = entry
+        if failed_ids:
+            self.log.warning(
+                "pool update failed for %d of %d containers (%d to be tried again): %s",
+                len(failed_ids),
+                len(targets),
+                len(retry),
+                ", ".join(sorted(failed_ids)[:5]) + (" ..." if len(failed_ids) > 5 else ""),
+            )
+
+
+SAFE_UPDATE_CONTAINERS = (0, 12, 1)
+"""The first NRI version whose runtime side applies a plugin's ``UpdateContainers`` in the lock
+order of the events (containerd#13733, fixed by NRI v0.12.1: containerd 2.4)."""
+
+
+def nri_version_tuple(version: str) -> tuple[int, ...]:
+    """``v0.12.2`` as (0, 12, 2); () when absent or unreadable (NRI before v0.12 sends none)."""
+    parts = version.lstrip("v").split("-")[0].split(".")
+    try:
+        return tuple(int(part) for part in parts)
+    except ValueError:
+        return ()
+
+
+def choose_update_path(
+    cri: CRIUpdater | None, nri: UpdateSender | None, nri_version: str
+) -> tuple[UpdateSender | None, str]:
+    """How other pods' containers are updated, and a sentence saying so: CRI
+    ``UpdateContainerResources`` when a CRI socket is configured and exists (the kubelet's
+    path: the runc update runs outside containerd's NRI lock); else NRI ``UpdateContainers``
+    when the runtime applies it safely; else None: in the replies of the events (containerd
+    applies them before the event returns, so pod starts grow with the node)."""
+    if cri is not None and os.path.exists(cri.socket_path):
+        return cri, f"CRI UpdateContainerResources on {cri.socket_path}"
+    if nri is not None and nri_version_tuple(nri_version) >= SAFE_UPDATE_CONTAINERS:
+        return nri, f"NRI UpdateContainers (runtime NRI {nri_version})"
+    return None, (
+        f"in the replies of NRI events: the runtime's NRI ({nri_version or '< v0.12'}) can "
+        "deadlock containerd on a plugin's UpdateContainers (containerd#13733) and no CRI "
+        "socket is configured or present ([nri] cri_socket); pod starts then wait for the "
+        "updates of every container whose pool moved"
+    )
+
+
+def describe_error(exc: BaseException) -> str:
+    """An exception as a log line's reason: its message, else its kind (a timeout has none)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def targets_for(

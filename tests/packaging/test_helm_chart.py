@@ -147,6 +147,11 @@ def test_host_mounts_match_the_config_paths() -> None:
     mount, volume = m[nri_dir]
     assert mount["readOnly"] is True
     assert volume["hostPath"] == {"path": "/var/run/nri", "type": "DirectoryOrCreate"}
+    mount, volume = m[str(Path(cfg["nri"]["cri_socket"]).parent)]
+    assert mount["readOnly"] is True
+    assert volume["hostPath"] == {"path": "/run/containerd", "type": "DirectoryOrCreate"}
+    without = daemonset({"config": {"nri": {"cri_socket": ""}}})
+    assert "cri-socket" not in {v["name"] for v in without["spec"]["template"]["spec"]["volumes"]}
     mount, volume = m[cfg["state"]["dir"]]
     assert not mount.get("readOnly", False)
     assert volume["hostPath"] == {"path": "/var/lib/nri-plrm", "type": "DirectoryOrCreate"}

@@ -1,7 +1,8 @@
-"""Pool updates to the runtime: a pool that grows waits until decisions pause for
-``GROWTH_DELAY`` (``GROWTH_WAIT_MAX`` at most), so churn that takes the same CPUs back sends
-nothing; an update repeating what the runtime was just sent is left out; after any of this the
-runtime holds every container's decision."""
+"""Pool updates to the runtime: other pods' containers are never in an event's reply; they are
+sent once decisions pause for ``SETTLE`` and what was created has started (a shrunk pool
+``SHRINK_WAIT_MAX`` at most, a grown one ``GROWTH_WAIT_MAX``), so churn that takes the same CPUs
+back sends nothing; an update repeating what the runtime was just sent is left out; a failed
+one is tried again; after any of this the runtime holds every container's decision."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from nri_plrm import pool_updates
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, ContainerSpec, PodSpec
 from nri_plrm.plugin import Plugin
-from nri_plrm.pool_updates import GROWTH_DELAY, SentUpdates
+from nri_plrm.pool_updates import SETTLE, UPDATE_ATTEMPTS, SentUpdates
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.translate.pod_to_cri import nri_container, nri_pod_sandbox
+from nri_plrm.translate.pod_to_cri import nri_container
 
 GI = 1 << 30
 
@@ -89,10 +90,10 @@ def test_churn_that_takes_the_same_cpus_back_sends_the_pool_nothing(tmp_path: Pa
 def test_a_grown_pool_waits_while_decisions_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The pool grows and shrinks back on both sides of where one ``GROWTH_DELAY`` after the
-    first removal ends: still nothing is sent, since decisions never paused that long."""
+    """The pool grows and shrinks back on both sides of where one ``SETTLE`` after the first
+    removal ends: still nothing is sent, since decisions never paused that long."""
     delay = 0.2
-    monkeypatch.setattr(pool_updates, "GROWTH_DELAY", delay)
+    monkeypatch.setattr(pool_updates, "SETTLE", delay)
     plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
@@ -129,16 +130,17 @@ def test_a_grown_pool_is_sent_after_the_longest_wait_however_busy(
             pod = await rt.launch(guaranteed(0))
             await rt.settle()
             exclusive = rt.cpus_of(pod, "main")
+            sent_before = len(sim.unsolicited)
             await rt.remove_pod(pod)
             loop = asyncio.get_running_loop()
             start, n = loop.time(), 1
-            while not sim.unsolicited and loop.time() < start + 3 * longest:
+            while len(sim.unsolicited) == sent_before and loop.time() < start + 3 * longest:
                 other = await rt.launch(best_effort(n))  # a decision every few milliseconds
                 await rt.remove_pod(other)
-                await asyncio.sleep(GROWTH_DELAY / 5)
+                await asyncio.sleep(SETTLE / 5)
                 n += 1
             waited = loop.time() - start
-            assert sim.unsolicited, f"nothing sent after {waited:.2f} s of decisions"
+            assert len(sim.unsolicited) > sent_before, f"nothing sent after {waited:.2f} s"
             assert waited >= longest - 0.05
             rt.apply_unsolicited()
             assert exclusive <= rt.cpus_of(be, "c")
@@ -146,19 +148,26 @@ def test_a_grown_pool_is_sent_after_the_longest_wait_however_busy(
     asyncio.run(main())
 
 
-def test_a_grown_pool_waits_and_a_shrunk_one_is_in_the_reply(tmp_path: Path) -> None:
+def test_a_shrunk_pool_is_sent_after_the_start_and_a_grown_one_waits(tmp_path: Path) -> None:
     plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
             rt, sim = s.runtime, s.sim
             be, cid = await follower(rt)
-            pod = await rt.launch(guaranteed(0))
+            pod = await rt.run_pod(guaranteed(0))
+            reply = await rt.create(pod, guaranteed(0), guaranteed(0).containers[0])
+            assert not reply.update  # the pod start waits for no other pod's container
+            await asyncio.sleep(3 * SETTLE)
+            assert not sim.unsolicited  # nothing while the container has not started
+            await rt.start(rt.id_of(pod, "main"))
+            await rt.settle()
             exclusive = rt.cpus_of(pod, "main")
-            assert not rt.cpus_of(be, "c") & exclusive  # in the CreateContainer reply
+            assert not rt.cpus_of(be, "c") & exclusive
+            assert len(sim.unsolicited) == 1
             await rt.remove_pod(pod)
-            await asyncio.sleep(GROWTH_DELAY / 5)
-            assert not sim.unsolicited
+            await asyncio.sleep(SETTLE / 5)
+            assert len(sim.unsolicited) == 1
             await rt.settle()
             assert exclusive <= rt.cpus_of(be, "c")
             assert updates_to(sim, {cid}) == 2
@@ -175,15 +184,15 @@ def test_a_failed_update_is_sent_again(tmp_path: Path) -> None:
             be, cid = await follower(rt)
             sim.fail_update_ids.add(cid)
             pod = await rt.launch(guaranteed(0))
-            await rt.remove_pod(pod)
             await rt.settle()
-            assert len(sim.unsolicited) == 1  # refused: what the container has is unknown now
+            assert updates_to(sim, {cid}) == UPDATE_ATTEMPTS  # refused every time
             assert plugin.sent.new([(cid, _pool(plugin))]) == [(cid, _pool(plugin))]
             sim.fail_update_ids.clear()
+            await rt.remove_pod(pod)
             again = await rt.launch(guaranteed(1))
-            await rt.remove_pod(again)
             await rt.settle()
             assert rt.cpus_of(be, "c") == plugin.ledger.engine.node_shared_pool()
+            assert not rt.cpus_of(be, "c") & rt.cpus_of(again, "main")
 
     asyncio.run(main())
 
@@ -228,9 +237,6 @@ def test_a_container_that_moved_while_its_update_was_out_is_sent_again(tmp_path:
         plugin.attach(sender)
         await start(plugin, best_effort(0))
         await start(plugin, guaranteed(0))
-        sandbox = nri_pod_sandbox(guaranteed(0))
-        plugin.remove_container(sandbox, nri_container(guaranteed(0), guaranteed(0).containers[0]))
-        plugin.remove_pod_sandbox(sandbox)
         await plugin.drain()
         cid = nri_container(best_effort(0), best_effort(0).containers[0]).id
         assert [s for s in sent if s] == [
@@ -243,30 +249,24 @@ def test_a_container_that_moved_while_its_update_was_out_is_sent_again(tmp_path:
 
 
 def test_an_update_that_never_got_an_answer_is_not_trusted(tmp_path: Path) -> None:
-    """An ``UpdateContainers`` that failed without an answer may have been applied: when the
-    pool comes back to what the container was sent before, it is sent again."""
+    """An ``UpdateContainers`` that failed without an answer may or may not have been applied:
+    it is tried again, and after the last attempt the plugin does not take it as sent."""
     plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
+        calls: list[list[tuple[str, str]]] = []
+
         async def sender(updates: list[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
+            calls.append([(u.container_id, u.linux.resources.cpu.cpus) for u in updates])
             raise ConnectionError("connection closed")
 
         plugin.attach(sender)
         await start(plugin, best_effort(0))
         await start(plugin, guaranteed(0))
+        await plugin.drain()
         cid = nri_container(best_effort(0), best_effort(0).containers[0]).id
         shrunk = _pool(plugin)
-        plugin.remove_pod_sandbox(nri_pod_sandbox(guaranteed(0)))
-        await plugin.drain()
-        again = guaranteed(1)
-        sandbox = nri_pod_sandbox(again)
-        await plugin.run_pod_sandbox(sandbox)
-        _, updates = await plugin.create_container(
-            sandbox, nri_container(again, again.containers[0])
-        )
-        assert _pool(plugin) == shrunk
-        assert [(u.container_id, u.linux.resources.cpu.cpus) for u in updates] == [
-            (cid, str(shrunk.cpus))
-        ]
+        assert calls == [[(cid, str(shrunk.cpus))]] * UPDATE_ATTEMPTS
+        assert plugin.sent.new([(cid, shrunk)]) == [(cid, shrunk)]
 
     asyncio.run(main())

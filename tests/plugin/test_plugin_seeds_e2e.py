@@ -302,8 +302,8 @@ def test_containerd_2_1_state_change_events(tmp_path: Path) -> None:
 
 
 def test_whole_pod_admission_shrink_reaches_node_shared_containers(tmp_path: Path) -> None:
-    """Whole-pod mode reserves the budget at RunPodSandbox (no reply can carry updates there):
-    the node-shared containers' smaller pool rides on the pod's first CreateContainer reply."""
+    """Whole-pod mode reserves the budget at RunPodSandbox: the node-shared containers' smaller
+    pool is sent once the pod's first container started, not in any reply of the pod start."""
     best = manifest("besteffort")
     mixed = manifest("pod-scope-mixed")
 
@@ -313,13 +313,14 @@ def test_whole_pod_admission_shrink_reaches_node_shared_containers(tmp_path: Pat
         wide = rt.cpus_of(be, "batch")
         pod = await rt.run_pod(mixed)
         resp = await rt.create(pod, mixed, mixed.init_containers[0])
-        (update,) = [u for u in resp.update if u.container_id == rt.id_of(be, "batch")]
-        narrow = CPUSet.parse(update.linux.resources.cpu.cpus)
+        assert not [u for u in resp.update if u.container_id == rt.id_of(be, "batch")]
+        await rt.start(rt.id_of(pod, mixed.init_containers[0].name))
+        await rt.settle()
+        narrow = rt.cpus_of(be, "batch")
         assert (
             narrow
             == plugin.ledger.engine.node_shared_pool()
             == wide - plugin.ledger.engine.pod_cpus(mixed.uid)
         )  # type: ignore[operator]
-        assert rt.cpus_of(be, "batch") == narrow
 
     run(tmp_path, POD_SCOPE, body, whole_pod=(best, mixed))

@@ -147,6 +147,16 @@ def test_second_container_demotes_the_first(tmp_path: Path, scope: str) -> None:
     asyncio.run(main())
 
 
+def updates_to_others(sim: object, cids: set[str]) -> int:
+    """Updates of these containers the runtime received in UpdateContainers requests."""
+    return sum(
+        1
+        for request in sim.unsolicited  # type: ignore[attr-defined]
+        for u in request.update
+        if u.container_id in cids
+    )
+
+
 def test_promotion_and_demotion_send_no_update_to_other_pods(tmp_path: Path) -> None:
     """A promotion frees the pod's budget and its first placement takes it back; a demotion
     does the reverse: the node shared pool ends where it started, so the best-effort
@@ -166,9 +176,14 @@ def test_promotion_and_demotion_send_no_update_to_other_pods(tmp_path: Path) -> 
             first = await rt.create(pod, spec, spec.containers[0])
             second = await rt.create(pod, spec, spec.containers[1])
             assert rt.applied(pod, "app").quota == 400000  # promoted, then demoted
-            # The first reply carries what the sandbox's admission owed them; nothing more.
-            assert {u.container_id for u in first.update} == other_ids
+            # No reply carries another pod's container: the admission's shrink is sent once,
+            # after the start, and the demotion's update of the first container is in the reply.
+            assert not first.update
             assert {u.container_id for u in second.update} == {rt.id_of(pod, "app")}
+            for name in ("app", spec.containers[1].name):
+                await rt.start(rt.id_of(pod, name))
+            await rt.settle()
+            assert updates_to_others(s.sim, other_ids) == len(other_ids)
             pool = plugin.ledger.engine.node_shared_pool()
             for p in others:
                 assert rt.cpus_of(p, "c") == pool

@@ -409,7 +409,7 @@ class PluginProcess:
 
     REGISTERED = "registered and synchronized with containerd"
 
-    def __init__(self, work: Path, nri_socket: str, extra: str = "") -> None:
+    def __init__(self, work: Path, nri_socket: str, cri_socket: str, extra: str = "") -> None:
         self.work = work
         work.mkdir(parents=True, exist_ok=True)
         self.log = work / "plugin.log"
@@ -420,6 +420,7 @@ class PluginProcess:
             f"""
 [nri]
 socket = "{nri_socket}"
+cri_socket = "{cri_socket}"
 [state]
 dir = "{work}/state"
 kubelet_cpu_manager_state = ""
@@ -511,7 +512,7 @@ cgroup_root = ""
 
 def plugin_on(bed: Testbed, extra: str = "") -> PluginProcess:
     """A plugin process (not started) for ``bed``, its files in ``bed.root/plugin``."""
-    return PluginProcess(bed.root / "plugin", bed.nri_socket, extra)
+    return PluginProcess(bed.root / "plugin", bed.nri_socket, bed.env["CONTAINERD_SOCKET"], extra)
 
 
 def wait_until(

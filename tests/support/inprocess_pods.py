@@ -28,11 +28,14 @@ def pod_level(uid: str) -> PodSpec:
 
 
 async def start(plugin: Plugin, spec: PodSpec) -> None:
-    """RunPodSandbox, then CreateContainer for each container in the kubelet's order."""
+    """RunPodSandbox, then CreateContainer and PostStartContainer for each container in the
+    kubelet's order."""
     sandbox = nri_pod_sandbox(spec)
     await plugin.run_pod_sandbox(sandbox)
     for ctr in creation_order(spec):
-        await plugin.create_container(sandbox, nri_container(spec, ctr))
+        container = nri_container(spec, ctr)
+        await plugin.create_container(sandbox, container)
+        plugin.post_start_container(sandbox, container)
 
 
 def admit_and_place(ledger: NodeLedger, spec: PodSpec, whole: bool) -> bool:

@@ -62,7 +62,7 @@ async def serve(
         **sim_kwargs,  # type: ignore[arg-type]
     )
     stub = Stub(plugin, name="nri-plrm", index="50", socket_path=socket_path, backoff_initial=0.05)
-    plugin.attach(stub.update_containers)
+    plugin.attach(stub.update_containers, nri_version=lambda: stub.runtime_nri_version)
     task = asyncio.get_running_loop().create_task(stub.run())
     try:
         await sim.wait_registered()

@@ -128,7 +128,9 @@ class FakeRuntime:
     async def start(self, cid: str) -> None:
         rc = self.containers[cid]
         rc.msg.state = api.CONTAINER_RUNNING
-        await call(self.sim.start_container(self.pods[rc.msg.pod_sandbox_id], rc.msg))  # type: ignore[attr-defined]
+        pod = self.pods[rc.msg.pod_sandbox_id]
+        await call(self.sim.start_container(pod, rc.msg))  # type: ignore[attr-defined]
+        await call(self.sim.post_start_container(pod, rc.msg))  # type: ignore[attr-defined]
 
     async def stop(self, cid: str) -> None:
         """The container exited: StopContainer, apply the reply's updates."""
@@ -186,12 +188,12 @@ class FakeRuntime:
         return len(new)
 
     async def settle(self, timeout: float = 5.0) -> None:
-        """Wait until the plugin's queued UpdateContainers have arrived (a grown pool's wait
-        until decisions pause for ``GROWTH_DELAY``, checked every ``GROWTH_DELAY``: twice that
-        after the last decision), then apply them."""
+        """Wait until the plugin's queued UpdateContainers have arrived (each batch waits until
+        decisions pause for ``SETTLE``, checked every ``SETTLE``: twice that after the last
+        decision), then apply them."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        quiet = 2 * pool_updates.GROWTH_DELAY + 0.05
+        quiet = 3 * pool_updates.SETTLE + 0.05
         quiet_until = loop.time() + quiet
         while loop.time() < min(quiet_until, deadline):
             await asyncio.sleep(0.01)

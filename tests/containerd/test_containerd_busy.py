@@ -1,0 +1,38 @@
+"""A busy node on real containerd: 100 BestEffort pods run while an exclusive container starts.
+The pod start carries no update of another pod's container; every shared container leaves the
+exclusive CPU within the isolation bound, through the kubelet's CRI path, with no failure."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from containerd_kit import EXCLUSIVE_1CPU, MIB, PluginProcess, Pod, Testbed
+
+pytestmark = pytest.mark.containerd
+
+RUNNING = 100
+BOUND = 5.0
+"""Seconds within which all 100 shared containers follow the pool (docs/design.md section 3:
+``SHRINK_WAIT_MAX`` plus about 15 ms per container on this 2-CPU machine)."""
+
+
+def test_exclusive_start_beside_100_best_effort_pods(
+    testbed: Testbed, plugin: PluginProcess
+) -> None:
+    shared = testbed.run_best_effort_pods(RUNNING)
+    pod = Pod("exclusive", "guaranteed", budget=(1000, 64 * MIB))
+    testbed.run_pod(pod)
+    start = time.monotonic()
+    cid = testbed.run_container(pod, "work", EXCLUSIVE_1CPU)
+    started = time.monotonic() - start
+    assert testbed.cgroup(cid).cpus() == "1"
+    lag = max(testbed.follows(other, "0", BOUND - (time.monotonic() - start)) for other in shared)
+    print(f"containerd {testbed.version}: create+start {started * 1000:.0f} ms, lag {lag:.2f} s")
+    plugin.wait_logged("updates of other pods' containers: CRI UpdateContainerResources")
+    testbed.remove_pod(pod)
+    for other in shared:
+        testbed.follows(other, "0-1", BOUND)
+    assert "failed" not in plugin.tail(200_000)
+    lags = plugin.metric("nri_plrm_pool_update_lag_seconds_count")
+    assert sum(lags.values()) == 2 * RUNNING  # each container once per change
