@@ -3,8 +3,8 @@
 ``Plugin`` implements the wire layer's ``Handlers`` contract (``nri_plrm.nri.stub``): it turns
 NRI events into :class:`~nri_plrm.ledger.NodeLedger` decisions (whole-pod mode when a
 ``PodSpecSource`` knows the pod, NRI-only inference otherwise), answers with adjustments and
-updates, and hands pool changes after removals and resizes to the flusher of
-:mod:`nri_plrm.pool_updates`, which sends them with an asynchronous ``UpdateContainers`` (never
+the updates of the event's own pod, and hands other pods' changed containers to the flusher of
+:mod:`nri_plrm.pool_updates`, which sends them outside the events once the node settled (never
 from inside a handler).
 """
 

@@ -1,17 +1,20 @@
-"""Updates of other containers' resources to the runtime: which to send, when, and what was
-sent.
+"""Updates of other pods' containers to the runtime: which to send, when, how, and what was
+sent (docs/design.md section 3).
 
-containerd applies every ``ContainerUpdate`` as a CRI ``UpdateContainerResources`` (a runc
-update: milliseconds each), and it applies a plugin's ``UpdateContainers`` under the same lock
-that every NRI event holds. When pods come and go, the node shared pool moves back and forth
-between the same sets of CPUs: a removal grows it, the next admission shrinks it again, and
-every best-effort container on the node would be updated twice for nothing. So:
+containerd applies the updates of an event's reply before the event returns, holding the NRI
+lock that every pod and container event of the node takes (a runc update, 8-10 ms each), and it
+holds that lock for the whole of a plugin's ``UpdateContainers`` too. A pod start must not wait
+for the containers of the rest of the node, so:
 
-- a pool that grew is sent once no decision was made for ``GROWTH_DELAY``, and at the latest
-  ``GROWTH_WAIT_MAX`` after the growth (:class:`UpdateFlusher`): during a pod-start storm every
-  admission may take the freed CPUs back. Other changes are sent right after the reply (a
-  shrinking pool always goes in the reply of the event that shrank it, before the container
-  that takes the CPUs starts);
+- an event's reply updates only its own pod's containers (:meth:`UpdateFlusher.reply_updates`);
+  the other pods' changed containers are queued and sent once the node settled (no decision
+  for ``SETTLE``, no container between its creation and its start), in batches of ``BATCH``, a
+  shrunk pool ``SHRINK_WAIT_MAX`` at the latest, a grown one ``GROWTH_WAIT_MAX`` (the next
+  admission often takes freed CPUs back, and then nothing is sent);
+- they go by CRI ``UpdateContainerResources`` where containerd's CRI socket is there (the
+  kubelet's path: the runc update runs outside the NRI lock), else by NRI ``UpdateContainers``
+  where the runtime applies it safely (NRI v0.12.1+), else in the next replies
+  (:func:`choose_update_path`);
 - an assignment sent in an adjustment or an update (and not reported failed) is remembered for
   ``REMEMBER_SECONDS`` (:class:`SentUpdates`); an update that would send the same assignment
   within that time is left out. The memory is short on purpose: containerd logs and ignores a
@@ -19,8 +22,9 @@ every best-effort container on the node would be updated twice for nothing. So:
   wrong, and it must not stay wrong for long. It is emptied whenever the runtime's state is in
   doubt (a new connection, a Synchronize, a hotplug repair) and forgets a container whose
   update carried more than its assignment;
-- after an ``UpdateContainers``, the runtime holds what was sent last: a container whose
-  assignment changed while that request was out is queued again.
+- the runtime holds what was sent last: a container whose assignment changed while its update
+  was out is queued again; a failed one is tried again (``UPDATE_ATTEMPTS``), a removed one
+  forgotten.
 """
 
 from __future__ import annotations
