@@ -7,7 +7,8 @@ plugin, which sets a cpuset) and ``nri-plrm run``, ``--rounds`` times, the order
 round. One pod start is the kubelet's ``crictl runp`` of a Guaranteed pod, then ``create`` +
 ``start`` of a 1-CPU exclusive container (the time measured); the pod is removed before the
 next one. With nri-plrm, the next start waits until every BestEffort container left the
-exclusive CPU and got it back (the isolation lag, measured from the start's return).
+exclusive CPU (the isolation lag, from the start's return until the last container's cgroup
+shows it) and got it back.
 
 Figures per build ``V`` (``24`` or ``21``) and pod count ``N``:
 ``containerd_busy_N_create_start_median_ms_{gopeer,plrm}_V``, their ratio
@@ -31,8 +32,10 @@ import time
 from containerd_kit import (
     EXCLUSIVE_1CPU,
     MIB,
+    Cgroup,
     Pod,
     Testbed,
+    all_follow,
     kit_unavailable,
     plugin_on,
     short_dir,
@@ -83,24 +86,19 @@ def _gopeer_block(bed: Testbed, samples: int, first: int) -> list[float]:
 
 
 def _plrm_block(
-    bed: Testbed, shared: list[str], samples: int, first: int, lags: list[float]
+    bed: Testbed, shared: list[Cgroup], samples: int, first: int, lags: list[float]
 ) -> list[float]:
     plugin = plugin_on(bed)
     plugin.start(timeout=60)
     try:
-        for other in shared:  # Synchronize moved every container to the pool
-            bed.follows(other, GOPEER_CPUS, 30)
+        all_follow(shared, GOPEER_CPUS, 30)  # Synchronize moved every container to the pool
         times = []
         for n in range(first, first + samples):
             pod, took = _start_pod(bed, n)
             times.append(took)
-            began = time.monotonic()
-            for other in shared:
-                bed.follows(other, "0", 30)
-            lags.append(time.monotonic() - began)
+            lags.append(all_follow(shared, "0", 30))
             bed.remove_pod(pod)
-            for other in shared:
-                bed.follows(other, GOPEER_CPUS, 30)
+            all_follow(shared, GOPEER_CPUS, 30)
         return times
     finally:
         plugin.kill()
@@ -112,7 +110,7 @@ def measure_build(version: str, pods: int, rounds: int, samples: int) -> dict[st
     bed = Testbed(version, root)
     try:
         bed.up()
-        shared = bed.run_best_effort_pods(pods)
+        shared = [bed.cgroup(cid) for cid in bed.run_best_effort_pods(pods)]
         times: dict[str, list[float]] = {"gopeer": [], "plrm": []}
         lags: list[float] = []
         n = 0

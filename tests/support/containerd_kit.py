@@ -510,6 +510,20 @@ cgroup_root = ""
         return samples
 
 
+def all_follow(cgroups: Iterable[Cgroup], cpus: str, bound: float = POOL_BOUND) -> float:
+    """Wait until every one of these cgroups holds ``cpus``; the seconds until the last did."""
+    waiting = list(cgroups)
+    start = time.monotonic()
+    while waiting:
+        waiting = [cgroup for cgroup in waiting if cgroup.cpus() != cpus]
+        if time.monotonic() - start > bound:
+            paths = ", ".join(c.path for c in waiting[:3])
+            raise AssertionError(f"{len(waiting)} cgroups not on {cpus} after {bound} s: {paths}")
+        if waiting:
+            time.sleep(0.005)
+    return time.monotonic() - start
+
+
 def plugin_on(bed: Testbed, extra: str = "") -> PluginProcess:
     """A plugin process (not started) for ``bed``, its files in ``bed.root/plugin``."""
     return PluginProcess(bed.root / "plugin", bed.nri_socket, bed.env["CONTAINERD_SOCKET"], extra)
