@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import inspect
 import os
 import subprocess
 import sys
@@ -103,7 +104,10 @@ def serve_plugin(socket_path: str, state_dir: str) -> None:
         reconnect=False,
         request_timeout=10.0,
     )
-    plugin.attach(stub.update_containers)
+    if "nri_version" in inspect.signature(plugin.attach).parameters:
+        plugin.attach(stub.update_containers, nri_version=lambda: stub.runtime_nri_version)
+    else:  # an older checkout (BENCH_PLUGIN_CODE): no choice of the update path
+        plugin.attach(stub.update_containers)
     try:
         from nri_plrm.daemon import freeze_startup_objects
     except ImportError:  # an older checkout (BENCH_PLUGIN_CODE) without it

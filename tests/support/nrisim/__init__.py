@@ -13,11 +13,13 @@ from nrisim.capture import (
     trunk_messages,
     unknown_field_paths,
 )
-from nrisim.sim import NRISimulator, PluginSession, Record
+from nrisim.sim import CONTAINERD_UPDATE_COST, AppliedCpus, NRISimulator, PluginSession, Record
 
 __all__ = [
+    "CONTAINERD_UPDATE_COST",
     "REPLY_TYPES",
     "REQUEST_TYPES",
+    "AppliedCpus",
     "CapturedRequest",
     "Frame",
     "NRISimulator",
