@@ -15,5 +15,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"replay tests skipped: {missing_capture_reason()}")
     skipped = terminalreporter.stats.get("skipped", [])
     kit_missing = kit_unavailable()
-    if kit_missing is not None and any("containerd" in r.keywords for r in skipped):
+    if kit_missing is not None and any("containerd" in getattr(r, "keywords", {}) for r in skipped):
         terminalreporter.write_line(f"containerd tests skipped: {kit_missing}")

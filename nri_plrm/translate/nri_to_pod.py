@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from nri_plrm.translate.pod_to_cri import (
 )
 
 _PAGE_SIZE = re.compile(r"^([0-9]+)([KMGTP]?)B$")
+
+log = logging.getLogger(__name__)
 
 
 class IntentError(ValueError):
@@ -191,6 +194,8 @@ class PodIntent:
     budget: ResourceValues
     qos: QOSClass
     mode: PodMode
+    qos_stated: bool = False
+    """The QoS class is the one the kubelet named in the pod's cgroup parent (not inferred)."""
 
     @property
     def aggregate(self) -> dict[str, int] | None:
@@ -211,26 +216,68 @@ def pod_identity(pod: api.PodSandbox) -> tuple[str, str, str]:
     return (pod.uid or pod.id, pod.namespace or "default", pod.name)
 
 
-def pod_intent(pod: api.PodSandbox) -> PodIntent:
-    """Infer a pod's budget, QoS and mode from ``PodSandbox.linux.pod_resources``.
+_SYSTEMD_POD_SLICE = re.compile(r"kubepods-(?:(burstable|besteffort)-)?pod[^/]+\.slice")
+_QOS_TIERS = {
+    None: QOSClass.GUARANTEED,
+    "kubepods": QOSClass.GUARANTEED,
+    "burstable": QOSClass.BURSTABLE,
+    "besteffort": QOSClass.BEST_EFFORT,
+}
 
-    The kubelet fills ``pod_resources`` for every pod: the pod-level resources when set, the
-    containers' aggregate otherwise. A Guaranteed budget with a whole number of CPUs is treated
-    as pod-level (BUDGET); a non-integral or non-Guaranteed one falls back to CLASSIC.
+
+def qos_from_cgroup_parent(parent: str) -> QOSClass | None:
+    """The QoS class the kubelet states in a pod's cgroup parent, or None when the parent does
+    not follow its naming: with the cgroupfs driver ``.../kubepods/pod<uid>`` (Guaranteed),
+    ``.../kubepods/burstable/pod<uid>``, ``.../kubepods/besteffort/pod<uid>``; with the
+    systemd driver ``kubepods-pod<uid>.slice``, ``kubepods-burstable-pod<uid>.slice``,
+    ``kubepods-besteffort-pod<uid>.slice`` (alone or at the end of a slice path)."""
+    parts = [part for part in parent.split("/") if part]
+    if not parts:
+        return None
+    systemd = _SYSTEMD_POD_SLICE.fullmatch(parts[-1])
+    if systemd is not None:
+        return _QOS_TIERS[systemd.group(1)]
+    if len(parts) < 2 or not parts[-1].startswith("pod") or len(parts[-1]) == 3:
+        return None
+    if parts[-2] == "kubepods":
+        return QOSClass.GUARANTEED
+    if len(parts) >= 3 and parts[-3] == "kubepods":
+        return _QOS_TIERS.get(parts[-2]) if parts[-2] != "kubepods" else None
+    return None
+
+
+def pod_intent(pod: api.PodSandbox) -> PodIntent:
+    """Infer a pod's budget, QoS and mode from ``PodSandbox.linux``.
+
+    The QoS class is the one the kubelet states in the cgroup parent
+    (:func:`qos_from_cgroup_parent`); only a parent without the kubelet's naming leaves it to
+    the values, which cannot tell a Burstable pod whose memory request is below its limit (NRI
+    does not forward memory requests). The kubelet fills ``pod_resources`` for every pod: the
+    pod-level resources when set, the containers' aggregate otherwise. A Guaranteed pod with a
+    Guaranteed budget of a whole number of CPUs is treated as pod-level (BUDGET); anything else
+    falls back to CLASSIC, and a Burstable or BestEffort pod never gets exclusive CPUs.
     """
     uid, namespace, name = pod_identity(pod)
     has_resources = pod.HasField("linux") and pod.linux.HasField("pod_resources")
     budget = ResourceValues.from_nri(pod.linux.pod_resources if has_resources else None)
-    qos = budget.qos()
+    stated = qos_from_cgroup_parent(pod.linux.cgroup_parent)
+    if stated is None:
+        log.debug(
+            "pod %s/%s: cgroup parent %r does not name a QoS class; taken from its resources",
+            namespace,
+            name,
+            pod.linux.cgroup_parent,
+        )
+    qos = budget.qos() if stated is None else stated
     mode = PodMode.CLASSIC
-    if qos is QOSClass.GUARANTEED and budget.integral_cpus > 0:
+    if qos is budget.qos() is QOSClass.GUARANTEED and budget.integral_cpus > 0:
         mode = PodMode.BUDGET
     if mode is PodMode.BUDGET:
         requests, limits = budget.requests_and_limits()
         spec = PodSpec(uid=uid, namespace=namespace, name=name, requests=requests, limits=limits)
     else:
         spec = PodSpec(uid=uid, namespace=namespace, name=name)
-    return PodIntent(spec=spec, budget=budget, qos=qos, mode=mode)
+    return PodIntent(spec=spec, budget=budget, qos=qos, mode=mode, qos_stated=stated is not None)
 
 
 def container_resources(container: api.Container) -> ResourceValues:
@@ -258,11 +305,17 @@ def container_spec(intent: PodIntent, container: api.Container) -> ContainerSpec
 
     Inside a BUDGET pod, a container whose CPU and memory values equal the pod's is taken as one
     without container-level resources: the kubelet copies the pod's limits into such containers.
+    In a pod whose cgroup parent says it is not Guaranteed, no container is taken as
+    Guaranteed: its memory request,
+    which NRI does not forward, is taken as 0 (the kubelet's ``GetPodQOS`` ignores a zero
+    request, so the container is Burstable, as the pod's cgroup parent says).
     """
     values = container_resources(container)
     if intent.mode is PodMode.BUDGET and values.same_limits(intent.budget):
         return ContainerSpec(name=container.name)
     requests, limits = values.requests_and_limits()
+    if intent.qos_stated and intent.qos is not QOSClass.GUARANTEED and MEMORY in limits:
+        requests[MEMORY] = 0
     return ContainerSpec(name=container.name, requests=requests, limits=limits)
 
 
@@ -307,7 +360,8 @@ def resized_container(
     if memory_limit > 0:
         limits[MEMORY] = memory_limit
         memory_request = old.requests.get(MEMORY)
-        if memory_request is None and not old_memory and cpu_request == cpu_limit:
+        guaranteed = not intent.qos_stated or intent.qos is QOSClass.GUARANTEED
+        if memory_request is None and not old_memory and cpu_request == cpu_limit and guaranteed:
             memory_request = memory_limit
         if memory_request is not None:
             follows = memory_request == old_memory or memory_request > memory_limit
@@ -339,7 +393,7 @@ def resized_budget(intent: PodIntent, resources: api.LinuxResources | None) -> P
         return None
     requests, limits = values.requests_and_limits()
     spec = dataclasses.replace(intent.spec, requests=requests, limits=limits)
-    return PodIntent(spec=spec, budget=values, qos=values.qos(), mode=PodMode.BUDGET)
+    return dataclasses.replace(intent, spec=spec, budget=values, qos=values.qos())
 
 
 def is_sole_guaranteed_candidate(intent: PodIntent, container: api.Container) -> bool:
@@ -353,14 +407,14 @@ def is_sole_guaranteed_candidate(intent: PodIntent, container: api.Container) ->
 def as_classic(intent: PodIntent) -> PodIntent:
     """A BUDGET pod taken as a classic Guaranteed pod (its sole container holds the budget)."""
     bare = PodSpec(uid=intent.spec.uid, namespace=intent.spec.namespace, name=intent.spec.name)
-    return PodIntent(spec=bare, budget=intent.budget, qos=intent.qos, mode=PodMode.CLASSIC)
+    return dataclasses.replace(intent, spec=bare, mode=PodMode.CLASSIC)
 
 
 def as_budget(intent: PodIntent) -> PodIntent:
     """The pod budget again (the inverse of :func:`as_classic`)."""
     requests, limits = intent.budget.requests_and_limits()
     spec = dataclasses.replace(intent.spec, requests=requests, limits=limits)
-    return PodIntent(spec=spec, budget=intent.budget, qos=intent.qos, mode=PodMode.BUDGET)
+    return dataclasses.replace(intent, spec=spec, mode=PodMode.BUDGET)
 
 
 def is_promoted(intent: PodIntent) -> bool:
@@ -368,7 +422,7 @@ def is_promoted(intent: PodIntent) -> bool:
     budget = intent.budget
     return (
         intent.mode is PodMode.CLASSIC
-        and budget.qos() is QOSClass.GUARANTEED
+        and intent.qos is budget.qos() is QOSClass.GUARANTEED
         and budget.integral_cpus > 0
     )
 
@@ -393,7 +447,7 @@ def budget_intent(intent: PodIntent, pod: PodSpec) -> PodIntent:
         },
     )
     spec = dataclasses.replace(intent.spec, requests=pod.requests, limits=pod.limits)
-    return PodIntent(spec=spec, budget=budget, qos=budget.qos(), mode=intent.mode)
+    return dataclasses.replace(intent, spec=spec, budget=budget, qos=budget.qos())
 
 
 def intent_to_dict(intent: PodIntent) -> dict[str, Any]:
@@ -403,6 +457,7 @@ def intent_to_dict(intent: PodIntent) -> dict[str, Any]:
         "spec": spec_to_dict(intent.spec),
         "mode": intent.mode.value,
         "qos": intent.qos.value,
+        "qos_stated": intent.qos_stated,
         "budget": {
             "cpu_shares": b.cpu_shares,
             "cpu_quota": b.cpu_quota,
@@ -428,4 +483,5 @@ def intent_from_dict(d: Mapping[str, Any]) -> PodIntent:
         budget=budget,
         qos=QOSClass(d.get("qos", budget.qos().value)),
         mode=PodMode(d.get("mode", PodMode.CLASSIC.value)),
+        qos_stated=bool(d.get("qos_stated", False)),
     )

@@ -130,3 +130,19 @@ def test_container_scope_mixed_pod(testbed: Testbed) -> None:
         }
     finally:
         plugin.kill()
+
+
+def test_burstable_pod_that_looks_guaranteed_stays_shared(
+    testbed: Testbed, plugin: PluginProcess
+) -> None:
+    """CPU request == limit and a memory limit look Guaranteed over NRI (memory requests are not
+    forwarded); the kubelet's cgroup parent says Burstable: the node's shared pool, quota kept."""
+    pod = Pod("looks-guaranteed", "burstable", budget=(1000, 64 * MIB))
+    testbed.run_pod(pod)
+    cid = testbed.run_container(pod, "work", EXCLUSIVE_1CPU)
+    cgroup = testbed.cgroup(cid)
+    assert cgroup.path == f"/kubepods/burstable/pod{pod.uid}/{cid}"
+    assert (cgroup.cpus(), cgroup.quota()) == ("0-1", 100_000)
+    reported = plugin.pods()["looks-guaranteed"]
+    assert reported["cpu_ids"] == []
+    assert reported["containers"][0]["cpu_ids"] == []
