@@ -34,6 +34,7 @@ def test_exclusive_start_beside_100_best_effort_pods(
     plugin.wait_logged("updates of other pods' containers: CRI UpdateContainerResources")
     testbed.remove_pod(pod)
     all_follow(shared, "0-1", BOUND)
-    assert "failed" not in plugin.tail(200_000)
+    log = plugin.tail(200_000)
+    assert "failed" not in log, log
     lags = plugin.metric("nri_plrm_pool_update_lag_seconds_count")
-    assert sum(lags.values()) == 2 * RUNNING  # each container once per change
+    assert sum(lags.values()) == 2 * RUNNING, log  # each container once per change

@@ -9,7 +9,7 @@ from containerd_kit import EXCLUSIVE_1CPU, MIB, PluginProcess, Pod, Testbed
 
 pytestmark = pytest.mark.containerd
 
-LEGACY = ("RunPodSandbox", "RemoveContainer", "RemovePodSandbox")
+LEGACY = ("RunPodSandbox", "PostStartContainer", "RemoveContainer", "RemovePodSandbox")
 """The subscribed events that v2.1.9 sends only as StateChange (StopContainer has its RPC)."""
 
 
@@ -33,8 +33,8 @@ def test_lifecycle_events_on_each_build(testbed: Testbed, plugin: PluginProcess)
     assert events.get("CreateContainer") == 2
     assert events.get("StopContainer") == 1
     if testbed.version == "2.1":
-        assert events.get("StateChange") == 4  # two sandboxes run, a container and a pod removed
+        assert events.get("StateChange") == 6  # 2 sandboxes, 2 starts, a container, a pod
         assert not set(LEGACY) & set(events), events
     else:
         assert "StateChange" not in events
-        assert [events.get(name) for name in LEGACY] == [2, 1, 1], events
+        assert [events.get(name) for name in LEGACY] == [2, 2, 1, 1], events
