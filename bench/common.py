@@ -35,8 +35,12 @@ def main(run: Callable[[], dict[str, float]], argv: Sequence[str] | None = None)
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", action="store_true", help="print a JSON report")
     args = parser.parse_args(argv)
-    results = run()
-    if args.json:
+    report(run(), args.json)
+
+
+def report(results: dict[str, float], as_json: bool) -> None:
+    """Print a module's figures, one a line, or as a JSON report with the machine's facts."""
+    if as_json:
         json.dump({"machine": machine(), "results": results}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:

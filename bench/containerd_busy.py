@@ -22,7 +22,6 @@ Not part of ``python -m bench`` (it takes minutes and needs root and the kit):
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import subprocess
@@ -43,7 +42,7 @@ from containerd_kit import (
 )
 
 import bench  # noqa: F401  (puts tests/support on sys.path)
-from bench.common import machine, percentile
+from bench.common import percentile, report
 
 GOPEER_REGISTERED = r"registered as \"10-gopeer\""
 """containerd's log line for nri-gopeer's registration."""
@@ -153,12 +152,7 @@ def main() -> None:
     results: dict[str, float] = {}
     for version in args.versions:
         results.update(measure_build(version, args.pods, args.rounds, args.samples))
-    if args.json:
-        json.dump({"machine": machine(), "results": results}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        for name, value in results.items():
-            print(f"{name:55s} {value:10.3f}")
+    report(results, args.json)
 
 
 if __name__ == "__main__":
