@@ -16,6 +16,7 @@ an exclusive slice, which the plugin's reply to the event asserts again).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 
@@ -25,6 +26,9 @@ from nri_plrm.proto import cri_runtime_pb2 as cri
 from nri_plrm.proto import nri_api_pb2 as api
 
 UPDATE_METHOD = "/runtime.v1.RuntimeService/UpdateContainerResources"
+IN_FLIGHT = 4
+"""CRI calls in flight at once: containerd holds its NRI lock only for the plugins' answer to
+each, and runs the runc updates beside each other."""
 CALL_TIMEOUT = 10.0
 """Seconds one ``UpdateContainerResources`` may take (the kubelet's CRI runtime timeout is 2
 minutes; containerd answers in milliseconds unless it is stuck)."""
@@ -40,8 +44,9 @@ def cri_request(update: api.ContainerUpdate) -> cri.UpdateContainerResourcesRequ
 
 
 class CRIUpdater:
-    """Sends NRI ``ContainerUpdate`` cpusets to the runtime's CRI socket, one container at a
-    time; returns the updates that failed (each logged with the runtime's reason)."""
+    """Sends NRI ``ContainerUpdate`` cpusets to the runtime's CRI socket, a call per container,
+    ``IN_FLIGHT`` at once; returns the updates that failed (each logged with the runtime's
+    reason)."""
 
     def __init__(self, socket_path: str, logger: logging.Logger) -> None:
         self.socket_path = socket_path
@@ -58,22 +63,27 @@ class CRIUpdater:
         )
 
     async def __call__(self, updates: Iterable[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
-        failed = []
         call = self._call()
-        for update in updates:
-            try:
-                await call(cri_request(update), timeout=CALL_TIMEOUT)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.NOT_FOUND:
-                    continue  # removed meanwhile: nothing to update
-                self.log.warning(
-                    "CRI UpdateContainerResources of container %s failed: %s: %s",
-                    update.container_id,
-                    exc.code().name,
-                    exc.details(),
-                )
-                failed.append(update)
-        return failed
+        slots = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(update: api.ContainerUpdate) -> api.ContainerUpdate | None:
+            async with slots:
+                try:
+                    await call(cri_request(update), timeout=CALL_TIMEOUT)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() == grpc.StatusCode.NOT_FOUND:
+                        return None  # removed meanwhile: nothing to update
+                    self.log.warning(
+                        "CRI UpdateContainerResources of container %s failed: %s: %s",
+                        update.container_id,
+                        exc.code().name,
+                        exc.details(),
+                    )
+                    return update
+                return None
+
+        done = await asyncio.gather(*(one(update) for update in updates))
+        return [update for update in done if update is not None]
 
     async def close(self) -> None:
         """Close the channel (a later call opens a new one)."""

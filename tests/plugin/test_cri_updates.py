@@ -12,7 +12,7 @@ import grpc
 import pbwire
 import pytest
 
-from nri_plrm.cri_updates import UPDATE_METHOD, CRIUpdater
+from nri_plrm.cri_updates import IN_FLIGHT, UPDATE_METHOD, CRIUpdater
 from nri_plrm.pool_updates import choose_update_path, nri_version_tuple
 from nri_plrm.proto import nri_api_pb2 as api
 
@@ -67,12 +67,11 @@ def test_each_update_is_one_cri_call_with_the_cpuset_only(
     with caplog.at_level(logging.WARNING):
         failed = asyncio.run(main())
     assert [u.container_id for u in failed] == ["c"]  # a container gone is not a failure
-    first = pbwire.fields(seen[0])
-    assert pbwire.string(first, 1) == "a"
-    (linux,) = pbwire.messages(first, 2)
+    by_id = {pbwire.string(pbwire.fields(raw), 1): pbwire.fields(raw) for raw in seen}
+    assert set(by_id) == {"a", "gone", "c"}
+    (linux,) = pbwire.messages(by_id["a"], 2)
     assert set(linux) == {6, 7}  # cpuset_cpus and cpuset_mems: the quota stays the runtime's
     assert (pbwire.string(linux, 6), pbwire.string(linux, 7)) == ("0-3", "0")
-    assert len(seen) == 3
     assert "container c failed: UNKNOWN: container c: it went wrong" in caplog.text
 
 
@@ -98,3 +97,36 @@ def test_the_way_chosen_for_each_runtime(tmp_path: Path) -> None:
 )
 def test_nri_versions(text: str, parsed: tuple[int, ...]) -> None:
     assert nri_version_tuple(text) == parsed
+
+
+def test_calls_overlap_up_to_the_limit(tmp_path: Path) -> None:
+    """containerd runs the runc updates outside its NRI lock: IN_FLIGHT calls at once, never
+    more."""
+    current = [0, 0]  # in flight, most seen
+
+    async def main() -> list[api.ContainerUpdate]:
+        async def handle(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            current[0] += 1
+            current[1] = max(current)
+            await asyncio.sleep(0.05)
+            current[0] -= 1
+            return b""
+
+        handler = grpc.method_handlers_generic_handler(
+            "runtime.v1.RuntimeService",
+            {"UpdateContainerResources": grpc.unary_unary_rpc_method_handler(handle)},
+        )
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handler,))
+        path = str(tmp_path / "cri.sock")
+        server.add_insecure_port(f"unix://{path}")
+        await server.start()
+        updater = CRIUpdater(path, logging.getLogger("test.cri"))
+        try:
+            return await updater([update(f"c{i}", "1") for i in range(3 * IN_FLIGHT)])
+        finally:
+            await updater.close()
+            await server.stop(None)
+
+    assert asyncio.run(main()) == []
+    assert current[1] == IN_FLIGHT
