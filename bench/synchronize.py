@@ -47,6 +47,9 @@ class _Direct:
     async def start_container(self, pod: Any, ctr: Any) -> None:
         return None
 
+    async def post_start_container(self, pod: Any, ctr: Any) -> None:
+        self.plugin.post_start_container(pod, ctr)
+
 
 async def _node() -> tuple[list[Any], list[Any]]:
     """What Synchronize reports on the full node."""
