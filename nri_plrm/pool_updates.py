@@ -115,9 +115,6 @@ GROWTH_WAIT_MAX = 1.0
 """Seconds a pool that only grew waits at most (a pod start often takes the freed CPUs back
 meanwhile, and then nothing needs sending)."""
 
-GROWTH_DELAY = SETTLE
-"""The calm a grown pool waits for (the name the earlier design gave it)."""
-
 BATCH = 10
 """Containers per ``UpdateContainers``: containerd applies each update with a runc update
 (15-25 ms on a busy node) while it holds the NRI lock, so a pod start that arrives during a
@@ -126,6 +123,9 @@ batch waits for at most this many."""
 START_WAIT = 2.0
 """Seconds a created container counts as starting when no PostStartContainer follows (its
 start failed, or the runtime does not send it)."""
+
+STARTING_KEPT = 64
+"""Containers between creation and start above which expired ones are forgotten at once."""
 
 UPDATE_ATTEMPTS = 3
 """Deliveries tried for one change of a container before it is left to the next change or
@@ -222,8 +222,9 @@ class UpdateFlusher:
         return len(updates), len(await self.nri(updates) or ())
 
     def queue(self, keys: Iterable[ContainerKey], *, grown: bool = False) -> None:
-        """Send these containers' assignments once the node settles (no-op without a sender
-        or a loop); a container already queued keeps its place and the shorter wait."""
+        """Send these containers' assignments once the node settles (kept for the next reply
+        when there is no way outside the events); a container already queued keeps its place
+        and the shorter wait."""
         now = time.monotonic()
         wait_max = GROWTH_WAIT_MAX if grown else SHRINK_WAIT_MAX
         for key in keys:
@@ -244,7 +245,10 @@ class UpdateFlusher:
 
     def starting(self, cid: str) -> None:
         """A container was created: updates wait until it started (``START_WAIT`` at most)."""
-        self._starting[cid] = time.monotonic() + START_WAIT
+        now = time.monotonic()
+        if len(self._starting) >= STARTING_KEPT:
+            self.settled(now)  # forget creations that never started
+        self._starting[cid] = now + START_WAIT
 
     def started(self, cid: str) -> None:
         """The container started, exited or is gone."""
@@ -283,7 +287,7 @@ class UpdateFlusher:
             if targets:
                 await self._send(targets, entries)
 
-    def _settled(self, now: float) -> bool:
+    def settled(self, now: float) -> bool:
         """No container between its creation and its start (expired ones forgotten)."""
         for cid, until in list(self._starting.items()):
             if until <= now:
@@ -302,7 +306,7 @@ class UpdateFlusher:
             self._wake = loop.create_future()
             await asyncio.wait({self._wake}, timeout=min(SETTLE, latest - loop.time()))
             self._wake = None
-            if self.ledger.decisions == seen and self._settled(time.monotonic()):
+            if self.ledger.decisions == seen and self.settled(time.monotonic()):
                 break
         self._urgent = False
 

@@ -74,7 +74,7 @@ def test_churn_that_takes_the_same_cpus_back_sends_the_pool_nothing(tmp_path: Pa
             shared, first = await followers_and_a_guaranteed_pod(rt)
             before = updates_to(sim, shared)
             assert before == 3  # the first admission moved the pool once
-            for n in range(1, 6):  # remove and admit again, faster than GROWTH_DELAY
+            for n in range(1, 6):  # remove and admit again, faster than SETTLE
                 await rt.remove_pod(first)
                 first = await rt.launch(guaranteed(n))
             await rt.settle()
@@ -270,3 +270,23 @@ def test_an_update_that_never_got_an_answer_is_not_trusted(tmp_path: Path) -> No
         assert plugin.sent.new([(cid, shrunk)]) == [(cid, shrunk)]
 
     asyncio.run(main())
+
+
+def test_creations_that_never_started_are_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container whose creation failed sends no PostStartContainer: it holds updates back for
+    ``START_WAIT`` at most, and is forgotten once many are pending."""
+    plugin = stored_plugin(tmp_path / "state")
+    flusher = plugin.flusher
+    now = [1000.0]
+    monkeypatch.setattr(pool_updates.time, "monotonic", lambda: now[0])
+    for n in range(pool_updates.STARTING_KEPT):
+        flusher.starting(f"failed-{n}")
+    flusher.started("failed-0")
+    assert not flusher.settled(now[0])
+    now[0] += pool_updates.START_WAIT
+    flusher.starting("new")  # the expired ones go
+    assert not flusher.settled(now[0])
+    flusher.started("new")
+    assert flusher.settled(now[0])
