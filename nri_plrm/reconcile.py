@@ -17,20 +17,25 @@ from typing import Protocol
 
 from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.adoption import AdoptionError, exclusive_request, has_budget
-from nri_plrm.engine.spec import ContainerAssignment, PodSpec
+from nri_plrm.engine.spec import CPU, ContainerAssignment, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger, NotSavedError, rebuild
 from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.nri_to_pod import (
     IntentError,
+    PodMode,
     as_classic,
     container_spec,
     is_sole_guaranteed_candidate,
     pod_identity,
     pod_intent,
 )
-from nri_plrm.translate.pod_to_cri import assignment_update
+from nri_plrm.translate.pod_to_cri import (
+    DEFAULT_CPU_PERIOD,
+    assignment_update,
+    milli_cpu_to_quota,
+)
 
 
 class ReconcileHost(Protocol):
@@ -121,12 +126,23 @@ class Reconciler:
             if record is not None and ctr.id not in tables.ids:
                 self._adopt_container(record, ctr)
         updates: list[api.ContainerUpdate] = []
+        engine = self.host.ledger.engine
         for ctr in containers:
             key = tables.ids.get(ctr.id)
             assignment = self.host.ledger.assignment(key) if key is not None else None
-            if key is not None and assignment is not None and not _matches(now[ctr.id], assignment):
-                updates.append(assignment_update(ctr.id, assignment))
-                self._log_correction(tables.pods[key[0]], key[1], now[ctr.id], assignment)
+            if key is None or assignment is None:
+                continue
+            record, running = tables.pods[key[0]], now[ctr.id]
+            quota = None
+            if running.exclusive and not assignment.exclusive:
+                quota = shared_quota(record, engine.container_spec(*key))
+            if quota is not None or not _matches(running, assignment):
+                update = assignment_update(ctr.id, assignment)
+                if quota is not None:
+                    update.linux.resources.cpu.quota.value = quota[0]
+                    update.linux.resources.cpu.period.value = quota[1]
+                updates.append(update)
+                self._log_correction(record, key[1], running, assignment)
         return updates
 
     async def _keep_pod(
@@ -273,8 +289,22 @@ def sandbox_of(record: PodRecord) -> api.PodSandbox:
     )
 
 
+def shared_quota(record: PodRecord, spec: ContainerSpec | None) -> tuple[int, int] | None:
+    """The CFS quota and period the kubelet gives a container of ``record`` that runs on a
+    shared pool: from its own CPU limit, else, in a pod with a budget, the budget's (the kubelet
+    copies the pod's limit into a container that sets none); None when it has no limit."""
+    limit = spec.limits.get(CPU, 0) if spec is not None else 0
+    if limit:
+        return milli_cpu_to_quota(limit), DEFAULT_CPU_PERIOD
+    budget = record.intent.budget
+    if record.intent.mode is PodMode.BUDGET and budget.cpu_quota > 0 and budget.cpu_period > 0:
+        return budget.cpu_quota, budget.cpu_period
+    return None
+
+
 def _matches(now: rebuild.Running, assignment: ContainerAssignment) -> bool:
-    """True when the container already runs with the decided cpus (and mems, when pinned)."""
+    """True when the container already runs with the decided cpus (and mems, when pinned); a
+    shared container that still has quota -1 is :func:`shared_quota`'s to judge."""
     if now.cpus != assignment.cpus:
         return False
     if assignment.mems and now.mems != assignment.mems:

@@ -15,7 +15,7 @@ from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.engine.spec import PodSpec
+from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.plugin import Plugin
 from nri_plrm.translate.manifest_to_pod import load_manifests
 from nri_plrm.ttrpc.messages import TtrpcError
@@ -182,5 +182,37 @@ def test_failed_checkpoint_write_fails_the_request_and_rolls_back(tmp_path: Path
             restarted.ledger.snapshot()["engine"]["cpu"]
             == plugin.ledger.snapshot()["engine"]["cpu"]
         )
+
+    asyncio.run(main())
+
+
+def test_a_pod_demoted_at_synchronize_gets_its_budget_quota_back(tmp_path: Path) -> None:
+    """A budget pod's first container, without resources, is promoted (quota -1); the plugin
+    dies; containerd creates the second container meanwhile. Synchronize demotes the pod: the
+    first container goes to the pod's shared pool with the budget's CFS quota, never keeping
+    quota -1 (issue 28)."""
+    budget = {"cpu": 4000, "memory": 2 << 30}
+    spec = PodSpec(
+        uid="uid-demoted",
+        name="demoted",
+        requests=budget,
+        limits=budget,
+        containers=(ContainerSpec("app"), ContainerSpec("logger")),
+    )
+
+    async def main() -> None:
+        plugin = stored_plugin(tmp_path / "state")
+        async with serve(plugin, str(tmp_path / "nri.sock"), clean_stop=False) as s:
+            rt = s.runtime
+            pod = await rt.run_pod(spec)
+            await rt.create(pod, spec, spec.containers[0])
+            assert rt.applied(pod, "app").quota == -1  # promoted
+        await rt.create(pod, spec, spec.containers[1])  # no plugin: created unadjusted
+        plugin, problems = await second_life(tmp_path, rt)
+        assert problems == []
+        app = plugin.ledger.engine.assignment(spec.uid, "app")
+        assert app is not None and not app.exclusive
+        assert rt.applied(pod, "app").quota == 400_000
+        assert rt.cpus_of(pod, "app") == app.cpus
 
     asyncio.run(main())
