@@ -1,5 +1,6 @@
 """The suite runs from the repository alone: replay tests skip with one line naming
-``NRI_CAPTURE_DIR`` when the recorded containerd traffic is absent."""
+``NRI_CAPTURE_DIR`` when the recorded containerd traffic is absent, the real-containerd tests
+with one line naming the kit when it is absent."""
 
 from __future__ import annotations
 
@@ -42,3 +43,25 @@ def test_translation_tests_without_recordings_still_run(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "NRI_CAPTURE_DIR" not in proc.stdout  # nothing was skipped
+
+
+def test_missing_containerd_kit_skips_its_tests_with_one_line(tmp_path: Path) -> None:
+    """Without the containerd kit beside the clone the real-containerd tests skip, and pytest
+    ends with one line naming the kit's place and how to point at it."""
+    missing = tmp_path / "no-such-kit"
+    env = dict(os.environ, CONTAINERD_KIT=str(missing), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rN", "-m", "containerd"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "containerd tests skipped" in line]
+    assert lines == [
+        f"containerd tests skipped: no containerd kit at {missing} (set CONTAINERD_KIT to the "
+        "kit's folder)"
+    ]
+    assert " passed" not in proc.stdout
