@@ -205,13 +205,16 @@ class MemoryManagerSettings:
 
 @dataclass(frozen=True)
 class ResizeSettings:
-    """``[resize]``: the kubelet feature gates that decide which in-place resizes are performed
-    (off by default, as in kubelet 1.35-1.37; docs/design.md "In-place resize")."""
+    """``[resize]``: what decides which in-place resizes are performed; defaults follow kubelet
+    1.37's default feature gates (docs/design.md "In-place resize")."""
 
     exclusive_cpus: bool = False
-    """The kubelet's ``InPlacePodVerticalScalingExclusiveCPUs``."""
-    pod_level_resources: bool = False
-    """The kubelet's ``InPlacePodLevelResourcesVerticalScaling``."""
+    """``InPlacePodVerticalScalingExclusiveCPUs`` as kubernetes/kubernetes#140629 (an open pull
+    request) implements it."""
+    pod_level_resources: bool = True
+    """The kubelet's ``InPlacePodLevelResourcesVerticalScaling`` (on by default since 1.36)."""
+    pod_budget_cpus: bool = False
+    """The plugin's own: a pod budget resize grows or shrinks the pod's reserved CPUs."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,11 @@ class Config:
             topology_manager=self.topology_manager_config(),
             cpu_manager=self.cpu_manager_config(),
             memory_manager=self.memory_manager_config(),
-            resize=ResizeGates(self.resize.exclusive_cpus, self.resize.pod_level_resources),
+            resize=ResizeGates(
+                self.resize.exclusive_cpus,
+                self.resize.pod_level_resources,
+                self.resize.pod_budget_cpus,
+            ),
         )
 
     def flat(self) -> dict[str, object]:

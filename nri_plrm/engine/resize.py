@@ -1,31 +1,38 @@
-"""In-place resize, as kubelet 1.35-1.37 performs or refuses it (docs/design.md, "Resize").
+"""In-place resize, as kubelet 1.37 performs or refuses it (docs/design.md section 10).
 
-The kubelet's resize admission (``podResizesAdmitHandler``) refuses, with reason ``Infeasible``:
+The kubelet's resize admission (``pkg/kubelet/allocation/handlers.go``,
+``podResizesAdmitHandler``) refuses, with reason ``Infeasible``:
 
-- any change of a pod-level resource unless ``InPlacePodLevelResourcesVerticalScaling`` is on
-  (message ``InPlacePodLevelResourcesVerticalScaling is disabled``);
-- any CPU change of a container of a Guaranteed pod under CPU manager ``static`` unless
+- a pod-level change unless ``InPlacePodLevelResourcesVerticalScaling`` is on (on by default
+  since 1.36; ``InPlacePodLevelResourcesVerticalScaling is disabled``);
+- a CPU change of a resizable container of a Guaranteed pod under CPU manager ``static`` unless
   ``InPlacePodVerticalScalingExclusiveCPUs`` is on (``Resize is infeasible for Guaranteed Pods
   alongside CPU Manager policy "static"``);
-- any memory change of a container of a Guaranteed pod under memory manager ``Static`` unless
-  ``InPlacePodVerticalScalingExclusiveMemory`` is on (same message naming ``Static``). The
-  plugin does not implement exclusive-memory resize, so that gate is not offered: memory
-  resizes of Guaranteed pods are always refused, as by a kubelet with its default gates.
+- a memory change of a resizable container of a Guaranteed pod under memory manager ``Static``
+  (same message naming ``Static``; ``InPlacePodVerticalScalingExclusiveMemory`` is not offered);
+- a pod whose requests exceed the node's allocatable (``Node didn't have enough capacity: cpu,
+  requested: R, capacity: C``, millicores; memory in bytes, checked first).
 
-With ``InPlacePodVerticalScalingExclusiveCPUs`` the static policy resizes an exclusive container
-in place: it keeps the CPUs it holds when growing (new ones aligned to its NUMA affinity first)
-and keeps its baseline (the CPUs it was created with) when shrinking; it refuses shrinking below
-the baseline (``prohibitedCPUAllocationError``) and moving between the exclusive and the shared
-pool (``inconsistentCPUAllocationError``). A shared container's CPU resize changes its quota
-only (the runtime applies it); its cpuset stays its pool. Exclusive slices of pods with
-pod-level resources are not resized by the kubelet; the plugin refuses that resize instead of
-acknowledging it (its own message, below).
+Only app and restartable (sidecar) init containers are resizable (``IsResizableContainer``); the
+API server refuses a resize of a plain init container, and the plugin refuses it too (its own
+message). What the kubelet admits, its CPU and Memory Managers leave as they are: they act on
+the ``Add`` operation only (kubernetes/kubernetes#140224), so a Burstable container keeps its
+shared pool and a pod budget keeps its CPUs and memory blocks; the runtime applies the new
+quota, shares and limits.
 
-A pod budget resize (``InPlacePodLevelResourcesVerticalScaling``) grows or shrinks the pod's
-reserved CPUs through its shared pool: growing takes node CPUs aligned to the pod's NUMA
-affinity first, shrinking gives back CPUs of the pod shared pool; exclusive slices stay. A budget
-that would no longer hold the exclusive slices, or leave no CPU for a live shared container, is
-refused with the pod-scope admission messages.
+Opt-in, for features not in any kubelet release (docs/config.md ``[resize]``):
+
+- ``exclusive_cpus`` follows kubernetes/kubernetes#140629 (KEP-5554, open): an exclusive
+  container keeps the CPUs it holds when growing (new ones chosen by
+  :mod:`~nri_plrm.engine.resize_topology`) and its baseline (the CPUs it was created with) when
+  shrinking; it refuses shrinking below the baseline (``prohibitedCPUAllocationError``) and
+  moving between the exclusive and the shared pool (``inconsistentCPUAllocationError``). An
+  exclusive slice of a pod with pod-level resources is not resized by that PR either; the
+  plugin refuses it instead of acknowledging a cpuset it leaves (its own message).
+- ``pod_budget_cpus``, the plugin's own: a budget resize grows or shrinks the pod's reserved
+  CPUs through its shared pool (growing by the same topology rules); exclusive slices stay. A
+  budget that would no longer hold the slices, or leave no CPU for a live shared container, is
+  refused with the pod-scope admission messages.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.admitted import MODE_WHOLE, AdmittedPod
 from nri_plrm.engine.cpu_assignment import CPUAllocationError, take_by_topology
 from nri_plrm.engine.cpu_requests import QOS_GUARANTEED, effective_requests, pod_qos
+from nri_plrm.engine.resize_topology import grow_affinity
 from nri_plrm.engine.spec import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
@@ -44,6 +52,7 @@ from nri_plrm.engine.spec import (
     AdmissionError,
     AssignmentType,
     ContainerAssignment,
+    ContainerKind,
     ContainerSpec,
     PodSpec,
     ResourceList,
@@ -70,6 +79,16 @@ POD_LEVEL_SLICE_MESSAGE = (
     'Manager policy "static"'
 )
 """The plugin's own message: the kubelet skips this resize and leaves the CPUs as they were."""
+NODE_CAPACITY_MESSAGE = "Node didn't have enough capacity: "
+"""The kubelet's prefix; ``{resource}, requested: {R}, capacity: {C}`` follows."""
+
+
+def init_container_message(name: str) -> str:
+    """The plugin's own message for a plain init container (the API server refuses that patch)."""
+    return (
+        f'Resize is infeasible for init container "{name}": only app and restartable (sidecar) '
+        "init containers are resized in place"
+    )
 
 
 def quantity(millis: int) -> str:
@@ -121,6 +140,52 @@ def prohibited(requested: str, allocated: str, promised: int, guaranteed: int) -
         f"allocated pool below promised, (requested CPUs = {requested}, allocated CPUs = "
         f"{allocated}, promised CPUs = {promised}, guaranteed CPUs = {guaranteed})",
     )
+
+
+def pod_request(pod: PodSpec, name: str) -> int:
+    """The kubelet's ``GetResourceRequest``: the pod-level request when set, otherwise app
+    containers and sidecars summed, or the largest plain init container (with the sidecars
+    started before it) when that is more."""
+    if pod.has_pod_level_resources and name in (pod.requests or {}):
+        return (pod.requests or {})[name]
+    sidecars, init_peak = 0, 0
+    for c in pod.init_containers:
+        value = effective_requests(c.requests, c.limits).get(name, 0)
+        if c.kind is ContainerKind.SIDECAR:
+            sidecars += value
+        else:
+            init_peak = max(init_peak, sidecars + value)
+    apps = sum(effective_requests(c.requests, c.limits).get(name, 0) for c in pod.containers)
+    return max(apps + sidecars, init_peak)
+
+
+def check_node_capacity(engine: Engine, pod: PodSpec) -> None:
+    """Refuse a resized pod whose requests exceed the node's allocatable (the kubelet's
+    ``insufficient_node_allocatable``: memory first, then CPU). Allocatable CPU is the node's
+    CPUs less the reserved ones; allocatable memory is known with the ``Static`` policy."""
+    memory = engine.memory_manager
+    if memory.static:
+        capacity = sum(b.size for b in memory.allocatable() if b.resource == MEMORY)
+        requested = pod_request(pod, MEMORY)
+        if requested > capacity:
+            raise AdmissionError(
+                INFEASIBLE,
+                f"{NODE_CAPACITY_MESSAGE}memory, requested: {requested}, capacity: {capacity}",
+            )
+    capacity = len(engine.cpu_manager.allocatable_cpus()) * 1000
+    requested = pod_request(pod, CPU)
+    if requested > capacity:
+        raise AdmissionError(
+            INFEASIBLE, f"{NODE_CAPACITY_MESSAGE}cpu, requested: {requested}, capacity: {capacity}"
+        )
+
+
+def _grow_affinity(
+    engine: Engine, held: CPUSet, n: int, memory_numa: tuple[int, ...]
+) -> int | None:
+    policy = engine.topology_manager.policy
+    free = engine.cpu_manager.available_cpus()
+    return grow_affinity(engine.topology, policy, held, free, n, memory_numa)
 
 
 def _take_more(engine: Engine, n: int, affinity: int | None) -> CPUSet:
@@ -190,6 +255,8 @@ def resize_container(
         raise ValueError(f"pod {pod_uid}, container {new.name}: not known")
     new = replace(new, kind=old.kind)
     cpu_changed, memory_changed = _changed(old, new, CPU), _changed(old, new, MEMORY)
+    if (cpu_changed or memory_changed) and old.kind is ContainerKind.INIT:
+        raise AdmissionError(INFEASIBLE, init_container_message(new.name))
     cpu = engine.cpu_manager
     guaranteed = pod_qos(pod) == QOS_GUARANTEED
     gates = engine.config.resize
@@ -197,14 +264,16 @@ def resize_container(
         raise AdmissionError(INFEASIBLE, CPU_STATIC_MESSAGE)
     if guaranteed and memory_changed and engine.memory_manager.static:
         raise AdmissionError(INFEASIBLE, MEMORY_STATIC_MESSAGE)
-    before = cpu.default_cpuset
     resized = with_container(pod, new)
+    if cpu_changed or memory_changed:
+        check_node_capacity(engine, resized)
+    before = cpu.default_cpuset
     old_n, new_n = cpu.guaranteed_cpus(pod, old), cpu.guaranteed_cpus(resized, new)
     requested, allocated = quantity(_cpu_millis(new)), quantity(_cpu_millis(old))
     if cpu_changed and guaranteed and (old_n > 0) != (new_n > 0):
         raise inconsistent(requested, allocated, shared_to_exclusive=new_n > 0)
     if cpu_changed and old_n > 0 and old_n != new_n:
-        if cpu.pod_cpus(pod_uid) is not None:
+        if pod.has_pod_level_resources or cpu.pod_cpus(pod_uid) is not None:
             raise AdmissionError(INFEASIBLE, POD_LEVEL_SLICE_MESSAGE)
         current = cpu.assignment(pod_uid, new.name) or EMPTY
         baseline = record.baselines.get(new.name, current)
@@ -214,8 +283,9 @@ def resize_container(
             raise prohibited(requested, allocated, len(baseline), new_n)
         cpu.require_whole_cores(new_n)
         if new_n > len(current):
-            hint = engine.topology_manager.get_affinity(pod_uid, new.name)
-            cpus = current | _take_more(engine, new_n - len(current), hint.numa_affinity)
+            memory_numa = engine.memory_manager.numa_nodes_for(pod_uid, new.name)
+            affinity = _grow_affinity(engine, current, new_n, memory_numa)
+            cpus = current | _take_more(engine, new_n - len(current), affinity)
         else:
             cpus = baseline | _take(engine, current - baseline, new_n - len(baseline))
             cpu.give_back(current - cpus)
@@ -238,13 +308,12 @@ def resize_pod(
     cpu_changed, memory_changed = _changed(pod, resized, CPU), _changed(pod, resized, MEMORY)
     if not (cpu_changed or memory_changed):
         return {}
-    if not engine.config.resize.pod_level:
+    gates = engine.config.resize
+    if not gates.pod_level:
         raise AdmissionError(INFEASIBLE, POD_LEVEL_GATE_MESSAGE)
-    guaranteed = pod_qos(pod) == QOS_GUARANTEED
-    if guaranteed and memory_changed and engine.memory_manager.static:
-        raise AdmissionError(INFEASIBLE, MEMORY_STATIC_MESSAGE)
+    check_node_capacity(engine, resized)
     before = cpu.default_cpuset
-    if bubble is None or not cpu_changed:
+    if bubble is None or not cpu_changed or not gates.pod_budget_cpus:
         record.spec = replace(record.spec, requests=dict(requests), limits=dict(limits))
         return engine.changes_since(before)
     shared = _shared_containers(engine, record)
@@ -263,7 +332,7 @@ def resize_pod(
 
 
 def _resize_bubble(engine: Engine, record: AdmittedPod, resized: PodSpec, bubble: CPUSet) -> None:
-    """Grow or shrink the pod's reserved CPUs to the resized budget (module docstring)."""
+    """Grow or shrink the pod's reserved CPUs to the resized budget (``pod_budget_cpus``)."""
     cpu = engine.cpu_manager
     total = cpu.pod_guaranteed_cpus(resized)
     if total == 0:
@@ -287,7 +356,12 @@ def _resize_bubble(engine: Engine, record: AdmittedPod, resized: PodSpec, bubble
             "cpus for shared containers",
         )
     if total > len(bubble):
-        extra = _take_more(engine, total - len(bubble), _pod_affinity(engine, record))
+        blocks = engine.memory_manager.pod_blocks(uid) or ()
+        memory_numa = tuple(sorted({n for b in blocks for n in b.numa_nodes}))
+        affinity = _grow_affinity(engine, bubble, total, memory_numa)
+        if affinity is None:
+            affinity = _pod_affinity(engine, record)
+        extra = _take_more(engine, total - len(bubble), affinity)
         cpu.set_pod_cpus(uid, bubble | extra)
         return
     try:

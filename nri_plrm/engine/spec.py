@@ -170,10 +170,11 @@ means the resource cannot be satisfied on any NUMA combination."""
 
 @dataclass(frozen=True)
 class ResizeGates:
-    """The kubelet feature gates that decide which resizes are performed (defaults: off, as in
-    kubelet 1.35-1.37)."""
+    """What decides which resizes are performed (defaults: kubelet 1.37's default gates)."""
 
     exclusive_cpus: bool = False
-    """``InPlacePodVerticalScalingExclusiveCPUs``."""
-    pod_level: bool = False
-    """``InPlacePodLevelResourcesVerticalScaling``."""
+    """``InPlacePodVerticalScalingExclusiveCPUs`` by kubernetes/kubernetes#140629 (open PR)."""
+    pod_level: bool = True
+    """``InPlacePodLevelResourcesVerticalScaling`` (beta, on by default since 1.36)."""
+    pod_budget_cpus: bool = False
+    """The plugin's own: a budget resize grows or shrinks the pod's reserved CPUs."""

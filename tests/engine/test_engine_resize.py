@@ -1,5 +1,7 @@
-"""In-place resize in the engine: what the kubelet (1.35-1.37) performs and what it refuses, with
-its reasons and messages, for exclusive containers, shared containers and pod budgets."""
+"""In-place resize in the engine: what kubelet 1.37 performs and what it refuses, with its reasons
+and messages, and the opt-in rules (kubernetes/kubernetes#140629 for exclusive containers, the
+plugin's own for pod budgets) with their topology checks. The cases are the rows of the table in
+docs/design.md section 10; the end-to-end side is tests/plugin/test_plugin_resize_table.py."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from seed_pods import GI, seed_config, seed_topology
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.memory_state import POLICY_NONE, MemoryManagerConfig
 from nri_plrm.engine.resize import (
     CPU_STATIC_MESSAGE,
     INCONSISTENT_CPU_ALLOCATION_ERROR,
@@ -19,23 +22,38 @@ from nri_plrm.engine.resize import (
     POD_LEVEL_GATE_MESSAGE,
     POD_LEVEL_SLICE_MESSAGE,
     PROHIBITED_CPU_ALLOCATION_ERROR,
+    init_container_message,
     quantity,
     resize_container,
     resize_pod,
 )
 from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
+    TOPOLOGY_AFFINITY_ERROR,
     AdmissionError,
     AssignmentType,
     ContainerAssignment,
+    ContainerKind,
     ContainerSpec,
     PodSpec,
     ResizeGates,
 )
+from nri_plrm.engine.topology_manager import TOPOLOGY_AFFINITY_MESSAGE
 
 
-def make(scope: str = "container", *, cpus: bool = False, pod_level: bool = False) -> Engine:
-    config = replace(seed_config("single-numa-node", scope), resize=ResizeGates(cpus, pod_level))
+def make(
+    scope: str = "container",
+    *,
+    cpus: bool = False,
+    pod_level: bool = True,
+    budget_cpus: bool = False,
+    policy: str = "single-numa-node",
+    memory_static: bool = True,
+) -> Engine:
+    gates = ResizeGates(cpus, pod_level, budget_cpus)
+    config = replace(seed_config(policy, scope), resize=gates)
+    if not memory_static:
+        config = replace(config, memory_manager=MemoryManagerConfig(policy=POLICY_NONE))
     return Engine(seed_topology(), config)
 
 
@@ -169,10 +187,89 @@ def test_moving_between_exclusive_and_shared_is_inconsistent() -> None:
     assert shared.assignment is AssignmentType.NODE_SHARED
 
 
-def test_grow_beyond_free_cpus_is_refused() -> None:
+def test_grow_beyond_the_node_allocatable_is_infeasible() -> None:
     e = make(cpus=True)
     e.admit_pod(classic("p", guaranteed("c", 2000)))
-    refused(e, lambda: resize_container(e, "p", guaranteed("c", 64000)), "UnexpectedAdmissionError")
+    refused(
+        e,
+        lambda: resize_container(e, "p", guaranteed("c", 64000)),
+        INFEASIBLE,
+        "Node didn't have enough capacity: cpu, requested: 64000, capacity: 63000",
+    )
+    # The capacity check holds with the default gates too, for any QoS; memory is checked first.
+    d = make()
+    d.admit_pod(classic("b", ContainerSpec("x", requests={"cpu": 500})))
+    huge = ContainerSpec("x", requests={"cpu": 70000, "memory": 64 * GI})
+    refused(
+        d,
+        lambda: resize_container(d, "b", huge),
+        INFEASIBLE,
+        f"Node didn't have enough capacity: memory, requested: {64 * GI}, capacity: {63 * GI}",
+    )
+
+
+def test_a_plain_init_container_is_not_resized() -> None:
+    e = make(cpus=True)
+    init = replace(guaranteed("init", 2000), kind=ContainerKind.INIT)
+    e.admit_pod(
+        PodSpec(uid="p", name="p", init_containers=(init,), containers=(guaranteed("c", 2000),))
+    )
+    grown = replace(guaranteed("init", 4000), kind=ContainerKind.INIT)
+    refused(e, lambda: resize_container(e, "p", grown), INFEASIBLE, init_container_message("init"))
+
+
+@pytest.mark.parametrize(
+    ("policy", "to", "outcome"),
+    [
+        # 2 -> 14 CPUs fit the container's NUMA node (15 allocatable on node 0): preferred.
+        ("single-numa-node", 14, "node"),
+        ("restricted", 14, "node"),
+        ("best-effort", 14, "node"),
+        # 2 -> 16 needs node 0 and another; one node could hold 16, so that is not preferred.
+        ("single-numa-node", 16, "refused"),
+        ("restricted", 16, "refused"),
+        ("best-effort", 16, "two"),
+        ("none", 16, "any"),
+        # 2 -> 20 needs two nodes on any machine of this shape: preferred, but not single.
+        ("single-numa-node", 20, "refused"),
+        ("restricted", 20, "two"),
+    ],
+)
+def test_grow_follows_the_topology_policy(policy: str, to: int, outcome: str) -> None:
+    """The issue's example: ``{1,33}`` grown to 16 CPUs under single-numa-node is refused."""
+    e = make(cpus=True, policy=policy, memory_static=False)
+    base = admit(e, classic("p", guaranteed("c", 2000, GI)), "c").cpus
+    assert base == CPUSet([1, 33])
+    call = lambda: resize_container(e, "p", guaranteed("c", to * 1000, GI))  # noqa: E731
+    if outcome == "refused":
+        refused(e, call, TOPOLOGY_AFFINITY_ERROR, TOPOLOGY_AFFINITY_MESSAGE)
+        return
+    grown, _ = call()
+    nodes = {numa_of(c) for c in grown.cpus}
+    assert base <= grown.cpus and len(grown.cpus) == to
+    if outcome == "node":
+        assert nodes == {0}
+    elif outcome == "two":
+        assert len(nodes) == 2 and 0 in nodes
+    assert e.verify() == []
+
+
+@pytest.mark.parametrize("policy", ["single-numa-node", "restricted", "best-effort"])
+def test_grow_whose_cpus_leave_the_memory_numa_nodes_is_refused(policy: str) -> None:
+    """With the Memory Manager's Static policy the memory stays where it is: CPUs that would
+    leave its NUMA nodes are refused under every aligning policy (the PR's memory check)."""
+    e = make(cpus=True, policy=policy)
+    base = admit(e, classic("p", guaranteed("c", 2000, GI)), "c")
+    assert base.mems == CPUSet([0])
+    target = 20 if policy == "restricted" else 16
+    refused(
+        e,
+        lambda: resize_container(e, "p", guaranteed("c", target * 1000, GI)),
+        TOPOLOGY_AFFINITY_ERROR,
+        TOPOLOGY_AFFINITY_MESSAGE,
+    )
+    grown, _ = resize_container(e, "p", guaranteed("c", 12000, GI))
+    assert {numa_of(c) for c in grown.cpus} == {0} and grown.mems == base.mems
 
 
 def budget_pod(e: Engine, uid: str, cpus: int, slice_cpus: int = 2) -> None:
@@ -189,13 +286,36 @@ def resize_budget(e: Engine, uid: str, cpus: int) -> object:
 
 
 def test_pod_budget_resize_needs_its_gate() -> None:
-    e = make("pod", cpus=True)
+    e = make("pod", cpus=True, pod_level=False)
     budget_pod(e, "p", 4)
     refused(e, lambda: resize_budget(e, "p", 6), INFEASIBLE, POD_LEVEL_GATE_MESSAGE)
 
 
+@pytest.mark.parametrize("scope", ["pod", "container"])
+def test_pod_budget_resize_keeps_cpus_and_memory_by_default(scope: str) -> None:
+    """Kubelet 1.37: admitted (gate on by default), the managers leave their allocations."""
+    e = make(scope)
+    budget_pod(e, "p", 4)
+    before = {n: e.assignment("p", n) for n in ("main", "sidecar")}
+    bubble, default = e.pod_cpus("p"), e.node_shared_pool()
+    assert resize_budget(e, "p", 6) == {}
+    res = {"cpu": 3000, "memory": 5 * GI}
+    assert resize_pod(e, "p", res, res) == {}
+    assert {n: e.assignment("p", n) for n in ("main", "sidecar")} == before
+    assert e.pod_cpus("p") == bubble and e.node_shared_pool() == default
+    known = e.pod_so_far("p")
+    assert known is not None and known.requests == res
+    refused(
+        e,
+        lambda: resize_budget(e, "p", 64),
+        INFEASIBLE,
+        "Node didn't have enough capacity: cpu, requested: 64000, capacity: 63000",
+    )
+    assert e.verify() == []
+
+
 def test_pod_budget_grows_and_shrinks_through_its_shared_pool() -> None:
-    e = make("pod", pod_level=True)
+    e = make("pod", budget_cpus=True)
     budget_pod(e, "p", 4)
     main = e.assignment("p", "main")
     bubble = e.pod_cpus("p")
@@ -215,8 +335,21 @@ def test_pod_budget_grows_and_shrinks_through_its_shared_pool() -> None:
     assert e.verify() == []
 
 
+def test_pod_budget_grow_follows_the_topology_policy() -> None:
+    """The issue's example for a budget: growing past the pod's NUMA node under
+    single-numa-node is refused; the budget stays on its node otherwise."""
+    e = make("pod", budget_cpus=True)
+    budget_pod(e, "p", 4)
+    bubble = e.pod_cpus("p")
+    assert bubble is not None
+    refused(e, lambda: resize_budget(e, "p", 16), TOPOLOGY_AFFINITY_ERROR)
+    resize_budget(e, "p", 15)
+    grown = e.pod_cpus("p")
+    assert grown is not None and {numa_of(c) for c in grown} == {numa_of(min(bubble))}
+
+
 def test_pod_budget_refusals_keep_the_slices_and_the_shared_pool() -> None:
-    e = make("pod", pod_level=True)
+    e = make("pod", budget_cpus=True)
     budget_pod(e, "p", 4)
     refused(
         e,
@@ -231,12 +364,11 @@ def test_pod_budget_refusals_keep_the_slices_and_the_shared_pool() -> None:
         EMPTY_POD_SHARED_POOL_ERROR,
         "pod rejected, exclusive container requests 2 cpus, but only 1 available in the pod budget",
     )
-    res = {"cpu": 4000, "memory": 5 * GI}
-    refused(e, lambda: resize_pod(e, "p", res, res), INFEASIBLE, MEMORY_STATIC_MESSAGE)
 
 
-def test_pod_level_slices_and_shared_containers() -> None:
-    e = make("pod", cpus=True)
+@pytest.mark.parametrize("scope", ["pod", "container"])
+def test_pod_level_slices_and_shared_containers(scope: str) -> None:
+    e = make(scope, cpus=True)
     budget_pod(e, "p", 4)
     refused(
         e,
@@ -248,6 +380,14 @@ def test_pod_level_slices_and_shared_containers() -> None:
     quota_only = ContainerSpec("sidecar", limits={"cpu": 1500})
     assignment, changes = resize_container(e, "p", quota_only)
     assert assignment == pool and changes == {}
+    d = make(scope)
+    budget_pod(d, "p", 4)
+    refused(
+        d,
+        lambda: resize_container(d, "p", guaranteed("main", 3000)),
+        INFEASIBLE,
+        CPU_STATIC_MESSAGE,
+    )
 
 
 def test_resized_state_survives_snapshot_and_restore() -> None:
