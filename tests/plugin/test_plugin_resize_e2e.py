@@ -6,160 +6,36 @@ changed (the engine state, the applied cpusets and the durable state)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from plrm_harness import Session, serve
+from plrm_harness import Session
 from plrm_runtime import FakeRuntime
+from resize_session import (
+    MODES,
+    SCOPES,
+    Events,
+    budget_pod,
+    classic_pod,
+    config_text,
+    errors,
+    guaranteed,
+    refused,
+    reopen,
+    resources_of,
+    run,
+    snapshot,
+)
 
-from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
-from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.resize import (
     CPU_STATIC_MESSAGE,
     POD_LEVEL_GATE_MESSAGE,
     PROHIBITED_CPU_ALLOCATION_ERROR,
 )
 from nri_plrm.engine.spec import AssignmentType, ContainerSpec, PodSpec
-from nri_plrm.ledger import NodeLedger
-from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
-from nri_plrm.podsource.base import StaticPodSpecSource
-from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.topology.machines import MACHINES
-from nri_plrm.translate.pod_to_cri import nri_container, nri_pod_sandbox
-from nri_plrm.ttrpc.messages import TtrpcError
-
-GI = 1 << 30
-SCOPES = ("pod", "container")
-MODES = ("api", "nri")
-
-
-def config_text(scope: str, *, cpus: bool = False, pod_level: bool = False) -> str:
-    return (
-        f'[topology_manager]\npolicy = "single-numa-node"\nscope = "{scope}"\n'
-        f"[resize]\nexclusive_cpus = {str(cpus).lower()}\n"
-        f"pod_level_resources = {str(pod_level).lower()}\n"
-    )
-
-
-def guaranteed(name: str, millis: int, memory: int = GI) -> ContainerSpec:
-    res = {"cpu": millis, "memory": memory}
-    return ContainerSpec(name, requests=res, limits=res)
-
-
-def classic_pod() -> PodSpec:
-    """Exclusive ``app`` (2 CPUs) and a 500m ``helper``: 2.5 CPUs, classic in both modes."""
-    return PodSpec(
-        uid="uid-classic",
-        name="classic",
-        containers=(guaranteed("app", 2000), guaranteed("helper", 500, GI // 4)),
-    )
-
-
-def budget_pod(cpus: int = 4) -> PodSpec:
-    """A pod budget with an exclusive ``main`` (2 CPUs) and a ``sidecar`` without resources."""
-    res = {"cpu": cpus * 1000, "memory": 4 * GI}
-    return PodSpec(
-        uid="uid-budget",
-        name="budget",
-        requests=res,
-        limits=res,
-        containers=(guaranteed("main", 2000), ContainerSpec("sidecar")),
-    )
-
-
-Body = Callable[[FakeRuntime, Session, Plugin], Awaitable[None]]
-
-
-class Events:
-    """The Events the plugin posts (reason, message), as the API-mode recorder receives them."""
-
-    def __init__(self) -> None:
-        self.posted: list[tuple[str, str]] = []
-
-    def record(self, pod_uid: str, namespace: str, name: str, reason: str, message: str) -> None:
-        self.posted.append((reason, message))
-
-
-def run(
-    tmp_path: Path, text: str, mode: str, pod: PodSpec, body: Body, events: Events | None = None
-) -> Plugin:
-    metrics = Metrics()
-    plugin = Plugin(
-        NodeLedger(
-            Engine(MACHINES["default"], parse_config(text).engine_config()),
-            store=CheckpointStore(tmp_path / "state"),
-            observer=metrics,
-        ),
-        pod_specs=StaticPodSpecSource((pod,)) if mode == "api" else None,
-        metrics=metrics,
-        events=events,
-    )
-    plugin.ledger.open()
-
-    async def main() -> None:
-        async with serve(plugin, str(tmp_path / "nri.sock")) as session:
-            await body(session.runtime, session, plugin)
-        assert plugin.ledger.engine.verify() == []
-
-    asyncio.run(main())
-    return plugin
-
-
-def resources_of(pod: PodSpec, name: str) -> api.LinuxResources:
-    """The resources the kubelet sends in UpdateContainerResources for the resized spec."""
-    spec = pod.container(name)
-    assert spec is not None
-    return nri_container(pod, spec).linux.resources
-
-
-def snapshot(plugin: Plugin) -> str:
-    return json.dumps(plugin.ledger.snapshot(0), sort_keys=True, default=str)
-
-
-async def refused(
-    rt: FakeRuntime, plugin: Plugin, call: Awaitable[object], message: str
-) -> TtrpcError:
-    """The request fails with ``message`` and nothing changes."""
-    state = snapshot(plugin)
-    applied = {cid: (rc.applied.cpus, rc.applied.quota) for cid, rc in rt.containers.items()}
-    with pytest.raises(TtrpcError) as info:
-        await call
-    assert message in str(info.value)
-    assert snapshot(plugin) == state
-    await rt.settle()
-    assert {cid: (rc.applied.cpus, rc.applied.quota) for cid, rc in rt.containers.items()} == (
-        applied
-    )
-    return info.value
-
-
-def errors(plugin: Plugin, resource: str = "cpu") -> float:
-    assert plugin.metrics is not None
-    total = 0.0
-    for source in ("pod", "node"):
-        value = plugin.metrics.registry.get_sample_value(
-            "resource_manager_allocation_errors_total",
-            {"resource_name": resource, "source": source},
-        )
-        total += value or 0.0
-    return total
-
-
-def reopen(tmp_path: Path, text: str) -> Plugin:
-    again = Plugin(
-        NodeLedger(
-            Engine(MACHINES["default"], parse_config(text).engine_config()),
-            store=CheckpointStore(tmp_path / "state"),
-        )
-    )
-    again.ledger.open()
-    return again
+from nri_plrm.translate.pod_to_cri import nri_pod_sandbox
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -273,7 +149,7 @@ def test_pod_shared_container_resize_refused_by_default(tmp_path: Path, mode: st
 @pytest.mark.parametrize("scope", SCOPES)
 def test_pod_budget_grows_shrinks_and_refuses(tmp_path: Path, scope: str, mode: str) -> None:
     pod = budget_pod()
-    text = config_text(scope, pod_level=True)
+    text = config_text(scope, budget_cpus=True)
 
     async def body(rt: FakeRuntime, s: Session, plugin: Plugin) -> None:
         sandbox = await rt.launch(pod)
@@ -324,7 +200,7 @@ def test_pod_budget_resize_refused_without_the_gate(tmp_path: Path, mode: str) -
         )
         await refused(rt, plugin, call, POD_LEVEL_GATE_MESSAGE)
 
-    run(tmp_path, config_text("pod"), mode, pod, body)
+    run(tmp_path, config_text("pod", pod_level=False), mode, pod, body)
 
 
 def test_api_mode_follows_the_resize_from_the_watch(tmp_path: Path) -> None:
