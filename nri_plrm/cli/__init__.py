@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
             f"{PROG} simulate --topology machine.json pods.yaml",
             f"{PROG} simulate --sysfs /tmp/sysfs-snapshot pods.yaml",
             f"{PROG} simulate --topology topoDualSocketHT --fail-on-reject pods.yaml",
+            f"{PROG} simulate --resize default/web/app=cpu=4 examples/pod-scope-mixed.yaml",
             "",
             "machines for --topology (besides a key=value spec or a CPU-table JSON file):",
             *textwrap.wrap(", ".join(MACHINES), 90),
@@ -103,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-on-reject",
         action="store_true",
         help=f"exit {EXIT_REJECTED} when any pod is rejected (CI gates on whether pods fit)",
+    )
+    sim.add_argument(
+        "--resize",
+        action="append",
+        metavar="NAMESPACE/POD[/CONTAINER]=cpu=Q[,memory=Q]",
+        help=(
+            "after every manifest is admitted, resize a container (or, without CONTAINER, the "
+            "pod-level resources) as `kubectl patch --subresource resize` would: the value sets "
+            "the request and any limit; repeatable, applied in order; each is shown performed "
+            "or refused with the kubelet's reason and message"
+        ),
     )
     sim.add_argument(
         "manifests", nargs="+", metavar="MANIFEST", help="pod manifest files (- for stdin)"

@@ -37,6 +37,13 @@ from typing import Any, TextIO
 
 from nri_plrm.cli.inputs import EXIT_OK, EXIT_REJECTED, UsageError, load, machine
 from nri_plrm.cli.render import count, emit_json, render_table
+from nri_plrm.cli.simulate_resize import (
+    ResizeOutcome,
+    ResizeRequest,
+    parse_resize,
+    resized_pod,
+    run_resize,
+)
 from nri_plrm.config import Config, ConfigError, validate_for_topology
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.availability import (
@@ -45,7 +52,7 @@ from nri_plrm.engine.availability import (
     free_per_numa_to_dict,
 )
 from nri_plrm.engine.explain import explain_rejection
-from nri_plrm.engine.facade import Engine, EngineConfig
+from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import MEMORY, AdmissionError, ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.handlers import NRIError
@@ -118,11 +125,13 @@ class SimulationResult:
     pods: tuple[SimulatedPod, ...]
     free: tuple[NumaAvailability, ...] = ()
     """Capacity, allocatable and available resources per NUMA node after the pods."""
+    resizes: tuple[ResizeOutcome, ...] = ()
+    """``--resize`` requests, in order, performed or refused (the pods show the final state)."""
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--output json`` document (fixed shape; ``config`` and ``free_per_numa`` are
-        additions)."""
-        return {
+        """The ``--output json`` document (fixed shape; ``config``, ``free_per_numa`` and, with
+        ``--resize``, ``resizes`` are additions)."""
+        doc: dict[str, Any] = {
             "topology": self.topology,
             "config": {
                 "topology_manager_policy": self.policy,
@@ -157,6 +166,9 @@ class SimulationResult:
             ],
             "free_per_numa": free_per_numa_to_dict(self.free),
         }
+        if self.resizes:
+            doc["resizes"] = [r.to_json() for r in self.resizes]
+        return doc
 
     def to_table(self) -> str:
         """A readable table: one line per container, rejections with reason and message."""
@@ -207,6 +219,9 @@ class SimulationResult:
             lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
         lines.append("")
         lines.extend(notes)
+        if self.resizes:
+            lines.append("resizes:")
+            lines.extend("  " + line for r in self.resizes for line in r.to_lines())
         lines.append(f"node shared pool: {self.shared_pool}")
         return "\n".join(lines) + "\n" + self.free_table()
 
@@ -276,38 +291,50 @@ class InMemoryRuntime:
 
 
 def simulate(
-    manifest_paths: Sequence[str | Path], topology: Topology, config: Config | None = None
+    manifest_paths: Sequence[str | Path],
+    topology: Topology,
+    config: Config | None = None,
+    resizes: Sequence[ResizeRequest] = (),
 ) -> SimulationResult:
-    """Dry-run the pods of the manifests on ``topology`` with ``config`` (defaults if None).
+    """Dry-run the pods of the manifests on ``topology`` with ``config`` (defaults if None),
+    then the ``resizes`` in order.
 
-    Raises ``nri_plrm.translate.manifest_to_pod.ManifestError`` for bad manifests and
-    ``nri_plrm.config.ConfigError`` when the config does not fit the machine.
+    Raises ``nri_plrm.translate.manifest_to_pod.ManifestError`` for bad manifests,
+    ``nri_plrm.config.ConfigError`` when the config does not fit the machine and
+    ``nri_plrm.cli.inputs.UsageError`` for a resize naming no pod or container of them.
     """
-    return simulate_pods(load_manifests(manifest_paths), topology, config)
+    return simulate_pods(load_manifests(manifest_paths), topology, config, resizes)
 
 
 def simulate_pods(
-    pods: Sequence[PodSpec], topology: Topology, config: Config | None = None
+    pods: Sequence[PodSpec],
+    topology: Topology,
+    config: Config | None = None,
+    resizes: Sequence[ResizeRequest] = (),
 ) -> SimulationResult:
     """Dry-run already parsed pods (see :func:`simulate`)."""
     config = config or Config()
     validate_for_topology(config, topology)
-    return asyncio.run(_run(pods, topology, config))
+    known = {(p.namespace, p.name): p for p in pods}
+    for request in resizes:
+        pod = known.get((request.namespace, request.pod))
+        if pod is None:
+            raise UsageError(f"--resize {request.target!r}: no pod of that name in the manifests")
+        resized_pod(pod, request)
+    return asyncio.run(_run(pods, topology, config, resizes))
 
 
 def engine_for(topology: Topology, config: Config) -> Engine:
     """The engine the daemon would build for this machine and config."""
-    return Engine(
-        topology,
-        EngineConfig(
-            topology_manager=config.topology_manager_config(),
-            cpu_manager=config.cpu_manager_config(),
-            memory_manager=config.memory_manager_config(),
-        ),
-    )
+    return Engine(topology, config.engine_config())
 
 
-async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> SimulationResult:
+async def _run(
+    pods: Sequence[PodSpec],
+    topology: Topology,
+    config: Config,
+    resizes: Sequence[ResizeRequest],
+) -> SimulationResult:
     engine = engine_for(topology, config)
     runtime = InMemoryRuntime()
     ledger = NodeLedger(engine)
@@ -357,6 +384,7 @@ async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> S
         if admitted:
             created[pod.uid] = names
     await plugin.drain()
+    resized = await _resize(plugin, runtime, pods, created, resizes)
     views = {view.uid: view for view in ledger.pods()}
     results: list[SimulatedPod] = []
     for pod, reason, message, explanation, admitted in outcomes:
@@ -408,7 +436,36 @@ async def _run(pods: Sequence[PodSpec], topology: Topology, config: Config) -> S
         shared_pool=engine.node_shared_pool(),
         pods=tuple(results),
         free=free_per_numa(engine),
+        resizes=resized,
     )
+
+
+async def _resize(
+    plugin: Plugin,
+    runtime: InMemoryRuntime,
+    pods: Sequence[PodSpec],
+    created: dict[str, list[tuple[str, str, ContainerKind]]],
+    resizes: Sequence[ResizeRequest],
+) -> tuple[ResizeOutcome, ...]:
+    """Deliver the ``--resize`` requests in order (``nri_plrm.cli.simulate_resize``)."""
+    specs = {(p.namespace, p.name): p for p in pods if p.uid in created}
+    out: list[ResizeOutcome] = []
+
+    def apply(cid: str, resources: api.LinuxResources) -> None:
+        runtime.apply(runtime.containers[cid], resources)
+
+    for request in resizes:
+        pod = specs.get((request.namespace, request.pod))
+        if pod is None:
+            out.append(ResizeOutcome(request.target, False, "NotAdmitted", "the pod was rejected"))
+            continue
+        ids = {name: cid for name, cid, _ in created[pod.uid]}
+        messages = {cid: runtime.containers[cid].msg for cid in ids.values()}
+        outcome, specs[(pod.namespace, pod.name)] = await run_resize(
+            plugin, pod, ids, messages, request, apply, runtime.apply_updates
+        )
+        out.append(outcome)
+    return tuple(out)
 
 
 def _reason(exc: NRIError) -> tuple[str, str]:
@@ -443,8 +500,9 @@ def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
         validate_for_topology(config, topology)
     except ConfigError as exc:
         raise UsageError(*exc.located(args.config or "<defaults>")) from exc
+    resizes = [parse_resize(text) for text in args.resize or ()]
     try:
-        result = simulate(args.manifests, topology, config)
+        result = simulate(args.manifests, topology, config, resizes)
     except ManifestError as exc:
         raise UsageError(str(exc)) from exc
     if args.output == "json":
