@@ -216,7 +216,10 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
         return EXIT_FAILURE
     metrics.attach_view(plugin.ledger, topology)
     if exporter is not None:
-        exporter.attach(lambda: free_per_numa(plugin.ledger.engine))
+        exporter.attach(
+            lambda: free_per_numa(plugin.ledger.engine),
+            lambda: ((p.namespace, p.name) for p in plugin.ledger.pods()),
+        )
     if kube is not None:
         kube.cache.on_change = plugin.follow_pod
     stub = Stub(

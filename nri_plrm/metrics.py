@@ -50,7 +50,7 @@ RECONCILE_ACTIONS = ("adopted", "corrected", "released")
 POD_CACHE_FALLBACKS = ("unavailable", "not_found", "invalid")
 """Why a pod's spec lookup fell back to NRI-only inference."""
 EVENT_RESULTS = ("posted", "failed", "dropped", "deduplicated", "rate_limited")
-NRT_WRITE_RESULTS = ("written", "conflict", "failed")
+NRT_WRITE_RESULTS = ("written", "conflict", "failed", "foreign_writer")
 """What became of a Kubernetes Event the plugin recorded."""
 HOTPLUG_IGNORED = ("unreadable", "memory", "no_change")
 """Why a hotplug uevent led to nothing: a datagram that cannot be read, a memory block event
@@ -264,7 +264,8 @@ class Metrics:
         self.node_resource_topology_writes = Counter(
             "nri_plrm_node_resource_topology_writes",
             "NodeResourceTopology writes, by result (written, conflict: re-read after "
-            "404/409/410, failed: retried with back-off).",
+            "404/409/410, failed: retried with back-off, foreign_writer: another manager "
+            "found in the object's managedFields, once per manager).",
             ["result"],
             registry=r,
         )

@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass
 
 from nri_plrm.config import KubernetesSettings, TopologyManagerSettings
+from nri_plrm.engine.topology_manager import DEFAULT_MAX_ALLOWABLE_NUMA_NODES
 from nri_plrm.metrics import Metrics
 from nri_plrm.podsource.client import (
     SERVICE_ACCOUNT_DIR,
@@ -79,7 +80,17 @@ def open_kubernetes(
     if settings.node_resource_topology and topology is not None:
         tm = topology_manager or TopologyManagerSettings()
         exporter = NodeTopologyExporter(
-            client, node, topology, tm.policy, tm.scope, metrics=metrics
+            client,
+            node,
+            topology,
+            tm.policy,
+            tm.scope,
+            metrics=metrics,
+            max_numa_nodes=(
+                tm.max_allowable_numa_nodes
+                if tm.max_allowable_numa_nodes != DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+                else None
+            ),
         )
         log.info("publishing NodeResourceTopology %s", node)
     return KubernetesAccess(cache, EventRecorder(client, node, metrics=metrics), exporter)

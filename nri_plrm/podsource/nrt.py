@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from lightkube import AsyncClient
@@ -37,6 +37,7 @@ from nri_plrm.engine.topology_manager import (
 )
 from nri_plrm.metrics import Metrics
 from nri_plrm.podsource.background import BackgroundTask
+from nri_plrm.podsource.fingerprint import METHOD_ALL, fingerprint
 from nri_plrm.podsource.kube import Backoff, describe_failure
 from nri_plrm.topology.model import Topology
 
@@ -49,6 +50,9 @@ ZONE_TYPE = "Node"
 """Zone type of a NUMA node, as NFD's topology-updater and the scheduler plugin spell it."""
 ATTR_POLICY = "topologyManagerPolicy"
 ATTR_SCOPE = "topologyManagerScope"
+ATTR_MAX_NUMA_NODES = "topologyManagerMaxNUMANodes"
+ATTR_FINGERPRINT = "nodeTopologyPodsFingerprint"
+ATTR_FINGERPRINT_METHOD = "nodeTopologyPodsFingerprintMethod"
 MANAGED_BY = "nri-plrm"
 WRITE_INTERVAL = 1.0
 """Minimum seconds between two writes (and the longest a change waits to be published)."""
@@ -91,8 +95,20 @@ def nrt_object(
     topology: Topology,
     policy: str,
     scope: str,
+    pods: Iterable[tuple[str, str]] = (),
+    max_numa_nodes: int | None = None,
 ) -> dict[str, Any]:
-    """The NodeResourceTopology object for this node (no ``resourceVersion``)."""
+    """The NodeResourceTopology object for this node (no ``resourceVersion``): ``pods`` are
+    the (namespace, name) of the pods its numbers account for (the fingerprint attribute);
+    ``max_numa_nodes`` is published when the topology manager's option is set."""
+    attributes = [
+        {"name": ATTR_POLICY, "value": policy},
+        {"name": ATTR_SCOPE, "value": scope},
+    ]
+    if max_numa_nodes is not None:
+        attributes.append({"name": ATTR_MAX_NUMA_NODES, "value": str(max_numa_nodes)})
+    attributes.append({"name": ATTR_FINGERPRINT, "value": fingerprint(pods)})
+    attributes.append({"name": ATTR_FINGERPRINT_METHOD, "value": METHOD_ALL})
     zones = []
     for numa in free:
         row = topology.numa_nodes[numa.node].distances
@@ -128,10 +144,7 @@ def nrt_object(
         },
         "topologyPolicies": [legacy_policy(policy, scope)],
         "zones": zones,
-        "attributes": [
-            {"name": ATTR_POLICY, "value": policy},
-            {"name": ATTR_SCOPE, "value": scope},
-        ],
+        "attributes": attributes,
     }
 
 
@@ -167,6 +180,7 @@ class NodeTopologyExporter:
         interval: float = WRITE_INTERVAL,
         resync: float = RESYNC,
         backoff: Backoff | None = None,
+        max_numa_nodes: int | None = None,
     ) -> None:
         if not node_name:
             raise ValueError("kubernetes.node_name '': the NodeResourceTopology needs a name")
@@ -180,7 +194,10 @@ class NodeTopologyExporter:
         self.interval = interval
         self.resync = resync
         self.backoff = backoff or Backoff()
+        self.max_numa_nodes = max_numa_nodes
         self._state: Callable[[], Sequence[NumaAvailability]] | None = None
+        self._pods: Callable[[], Iterable[tuple[str, str]]] = tuple
+        self._foreign: set[str] = set()
         self._dirty = asyncio.Event()
         self._idle = asyncio.Event()
         self._runner = BackgroundTask("nrt-export", self._run)
@@ -191,9 +208,15 @@ class NodeTopologyExporter:
         self._last_attempt: float | None = None
         self._failures = 0
 
-    def attach(self, state: Callable[[], Sequence[NumaAvailability]]) -> None:
-        """Set the function that reads the free resources per NUMA node."""
+    def attach(
+        self,
+        state: Callable[[], Sequence[NumaAvailability]],
+        pods: Callable[[], Iterable[tuple[str, str]]] = tuple,
+    ) -> None:
+        """Set the functions that read the free resources per NUMA node and the (namespace,
+        name) of the pods they account for (read together, between NRI events)."""
         self._state = state
+        self._pods = pods
         self.mark_dirty()
 
     def mark_dirty(self) -> None:
@@ -233,7 +256,7 @@ class NodeTopologyExporter:
             self._dirty.clear()
             self._last_attempt = loop.time()
             try:
-                await self._publish(self._state())
+                await self._publish(self._state(), tuple(self._pods()))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the API's and the connection's failures alike
@@ -243,12 +266,14 @@ class NodeTopologyExporter:
             else:
                 self._succeeded()
 
-    async def _publish(self, free: Sequence[NumaAvailability]) -> None:
+    async def _publish(
+        self, free: Sequence[NumaAvailability], pods: Sequence[tuple[str, str]]
+    ) -> None:
         for _ in range(RETRIES):
             fresh_uid = self._node_uid is None
             if self._node_uid is None:
                 self._node_uid = await self._read_node_uid()
-            body = self._body(free)
+            body = self._body(free, pods)
             content = _content(body)
             if not self._verify and self._rv is not None and content == self._written:
                 return
@@ -259,9 +284,10 @@ class NodeTopologyExporter:
                     # created (again): the Node may have been recreated with a new uid
                     if not fresh_uid:
                         self._node_uid = await self._read_node_uid()
-                    if await self._write(self._body(free), create=True):
+                    if await self._write(self._body(free, pods), create=True):
                         return
                     continue
+                self._note_writers(current)
                 self._rv = str(current.get("metadata", {}).get("resourceVersion", ""))
                 if _content(current) == content:
                     self._written = content
@@ -273,10 +299,35 @@ class NodeTopologyExporter:
             f"NodeResourceTopology {self.node_name}: still conflicting after {RETRIES} re-reads"
         )
 
-    def _body(self, free: Sequence[NumaAvailability]) -> dict[str, Any]:
+    def _body(
+        self, free: Sequence[NumaAvailability], pods: Sequence[tuple[str, str]]
+    ) -> dict[str, Any]:
         return nrt_object(
-            self.node_name, self._node_uid or "", free, self.topology, self.policy, self.scope
+            self.node_name,
+            self._node_uid or "",
+            free,
+            self.topology,
+            self.policy,
+            self.scope,
+            pods,
+            self.max_numa_nodes,
         )
+
+    def _note_writers(self, current: Mapping[str, Any]) -> None:
+        """Warn once per other writer of the object (its ``managedFields``), and count it:
+        NFD's topology-updater, for one, writes an object of the same name."""
+        for entry in (current.get("metadata") or {}).get("managedFields") or ():
+            manager = str((entry or {}).get("manager", ""))
+            if not manager or manager == MANAGED_BY or manager in self._foreign:
+                continue
+            self._foreign.add(manager)
+            self._count("foreign_writer")
+            self.log.warning(
+                "NodeResourceTopology %s is also written by %r: two writers overwrite each "
+                "other's numbers; stop the other one (docs/kubernetes-api.md)",
+                self.node_name,
+                manager,
+            )
 
     async def _read_node_uid(self) -> str:
         node = await self.client.get(Node, self.node_name)
@@ -303,9 +354,9 @@ class NodeTopologyExporter:
         obj = NodeResourceTopology.from_dict(body)
         try:
             if create:
-                result = await self.client.create(obj)
+                result = await self.client.create(obj, field_manager=MANAGED_BY)
             else:
-                result = await self.client.replace(obj)
+                result = await self.client.replace(obj, field_manager=MANAGED_BY)
         except ApiError as exc:
             if create and exc.status.code == 404:
                 raise RuntimeError(

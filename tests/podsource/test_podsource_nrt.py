@@ -9,7 +9,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from nri_plrm.ledger import NodeLedger
 from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
 from nri_plrm.podsource.client import load_kube_config, new_client
+from nri_plrm.podsource.fingerprint import fingerprint
 from nri_plrm.podsource.kube import Backoff, KubePodCache
 from nri_plrm.podsource.nrt import (
     NodeTopologyExporter,
@@ -68,8 +69,12 @@ def new_engine() -> Engine:
     return Engine(MACHINES["default"], parse_config(POD_SCOPE).engine_config())
 
 
-def expected_object(free: tuple[NumaAvailability, ...], uid: str) -> dict[str, Any]:
-    return nrt_object(NODE, uid, free, MACHINES["default"], "single-numa-node", "pod")
+def expected_object(
+    free: tuple[NumaAvailability, ...], uid: str, pods: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The object for ``free`` with the fingerprint of the named example pods."""
+    names = [(manifest(n).namespace, manifest(n).name) for n in pods]
+    return nrt_object(NODE, uid, free, MACHINES["default"], "single-numa-node", "pod", names)
 
 
 def published(fk: FakeKube) -> dict[str, Any]:
@@ -137,7 +142,15 @@ def test_object_layout_names_zones_costs_and_attributes() -> None:
     assert obj["attributes"] == [
         {"name": "topologyManagerPolicy", "value": "single-numa-node"},
         {"name": "topologyManagerScope", "value": "pod"},
+        # XXH64 of no input: no pod on the node yet
+        {"name": "nodeTopologyPodsFingerprint", "value": "pfp0v001ef46db3751d8e999"},
+        {"name": "nodeTopologyPodsFingerprintMethod", "value": "all"},
     ]
+    limited = nrt_object(
+        NODE, "u", free_per_numa(e), topology, "single-numa-node", "pod", (), max_numa_nodes=16
+    )
+    assert validate(limited, SCHEMA) == []
+    assert {"name": "topologyManagerMaxNUMANodes", "value": "16"} in limited["attributes"]
     assert obj["topologyPolicies"] == ["SingleNUMANodePodLevel"]
     zone0, zone1 = obj["zones"]
     assert (zone0["name"], zone0["type"], zone1["name"]) == ("node-0", "Node", "node-1")
@@ -226,7 +239,10 @@ async def start_plugin(
         lookup_timeout=1.0,
     )
     plugin.ledger.open()
-    exporter.attach(lambda: free_per_numa(plugin.ledger.engine))
+    exporter.attach(
+        lambda: free_per_numa(plugin.ledger.engine),
+        lambda: ((p.namespace, p.name) for p in plugin.ledger.pods()),
+    )
     cache.start()
     exporter.start()
     assert await cache.wait_synced(5)
@@ -259,15 +275,17 @@ def test_object_after_admissions_releases_and_a_restart(tmp_path: Path) -> None:
                 want.admit_pod(manifest(name))
                 await rt.settle()
                 await exporter.settled()
-                assert published(fk) == expected_object(free_per_numa(want), uid), name
+                have = list(pods)
+                assert published(fk) == expected_object(free_per_numa(want), uid, have), name
                 assert free_per_numa(plugin.ledger.engine) == free_per_numa(want)
             # the numbers `simulate` prints for the same pods
-            assert published(fk) == expected_object(simulated.free, uid)
+            assert published(fk) == expected_object(simulated.free, uid, SEEDS)
             await rt.remove_pod(pods["tightly-coupled-database"])
             want.remove_pod(manifest("tightly-coupled-database").uid)
             await rt.settle()
             await exporter.settled()
-            assert published(fk) == expected_object(free_per_numa(want), uid)
+            left = [n for n in SEEDS if n != "tightly-coupled-database"]
+            assert published(fk) == expected_object(free_per_numa(want), uid, left)
             running = rt.sync_lists()
         await exporter.stop()
         await cache.stop()
@@ -284,7 +302,7 @@ def test_object_after_admissions_releases_and_a_restart(tmp_path: Path) -> None:
         ):
             await rt.settle()
             await exporter2.settled()
-            assert published(fk) == expected_object(free_per_numa(want), uid)
+            assert published(fk) == expected_object(free_per_numa(want), uid, left)
             assert free_per_numa(plugin2.ledger.engine) == free_per_numa(want)
         # the restarted exporter read the object back and found it current: no write
         assert len(fk.nrt_writes) == written_before_restart
@@ -353,6 +371,58 @@ def test_a_burst_of_50_changes_is_written_at_most_twice_per_second(tmp_path: Pat
         assert figures["last_write_after_last_change"] <= 1.0 + 0.3
 
     asyncio.run(main())
+
+
+# ----------------------------------------------------------------- other writers
+
+
+def test_another_writer_is_warned_once_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NFD's topology-updater writing the same object shows in its managedFields; the plugin
+    writes as field manager ``nri-plrm`` and publishes its pods' fingerprint."""
+    metrics = Metrics()
+
+    async def main() -> None:
+        engine = new_engine()
+        fk = FakeKube(free_port())
+        fk.add_node(NODE)
+        await fk.start()
+        fk.rv += 1
+        fk.nrts[NODE] = {
+            "apiVersion": "topology.node.k8s.io/v1alpha2",
+            "kind": "NodeResourceTopology",
+            "metadata": {
+                "name": NODE,
+                "resourceVersion": str(fk.rv),
+                "managedFields": [
+                    {"manager": "nfd-topology-updater", "operation": "Update"},
+                    {"manager": "nri-plrm", "operation": "Update"},
+                ],
+            },
+            "zones": [],
+        }
+        exporter = exporter_for(fk.url, tmp_path, metrics, 0.05)
+        exporter.attach(lambda: free_per_numa(engine), lambda: [("default", "a")])
+        exporter.start()
+        await exporter.settled()
+        fk.nrts[NODE]["metadata"]["managedFields"] = [{"manager": "nfd-topology-updater"}]
+        fk.nrt_fail_next = [409]  # a conflict makes it read the object again
+        engine.admit_pod(small_pod("b"))
+        exporter.mark_dirty()
+        await exporter.settled()
+        await exporter.stop()
+        await fk.stop()
+        assert writes(metrics, "foreign_writer") == 1
+        attributes = {a["name"]: a["value"] for a in fk.nrts[NODE]["attributes"]}
+        assert attributes["nodeTopologyPodsFingerprint"] == fingerprint([("default", "a")])
+        managers = {w.query.get("fieldManager") for w in fk.nrt_requests() if w.method != "GET"}
+        assert managers == {"nri-plrm"}
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        asyncio.run(main())
+    warned = [r for r in caplog.records if "also written by 'nfd-topology-updater'" in r.message]
+    assert len(warned) == 1
 
 
 # ----------------------------------------------------------------- recovery
