@@ -147,11 +147,12 @@ def test_daemon_publishes_the_node_resource_topology(tmp_path: Path) -> None:
             async with running_daemon(tmp_path, table) as d:
                 topology = discover(d.config.topology.sysfs_root)
                 want = Engine(topology, d.config.engine_config())
+                admitted: list[tuple[str, str]] = []
 
                 def expected() -> dict[str, object]:
                     tm = d.config.topology_manager
-                    obj = nrt_object(NODE, uid, free_per_numa(want), topology, tm.policy, tm.scope)
-                    return obj
+                    free = free_per_numa(want)
+                    return nrt_object(NODE, uid, free, topology, tm.policy, tm.scope, admitted)
 
                 def published() -> dict[str, object] | None:
                     obj = fk.nrts.get(NODE)
@@ -175,6 +176,7 @@ def test_daemon_publishes_the_node_resource_topology(tmp_path: Path) -> None:
                 await wait_for_metric(d.metrics_url, "nri_plrm_pod_cache_available 1.0")
                 await d.runtime.launch(spec)
                 want.admit_pod(spec)
+                admitted.append((spec.namespace, spec.name))
                 await until_published()
                 sysfs = Path(d.config.topology.sysfs_root) / "devices/system/node"
                 for zone in fk.nrts[NODE]["zones"]:
