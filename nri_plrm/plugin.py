@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.cri_updates import CRIUpdater
-from nri_plrm.engine.explain import explain_rejection, rejection_text
+from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Changes
 from nri_plrm.engine.spec import (
     AdmissionError,
@@ -30,7 +30,8 @@ from nri_plrm.ledger import NodeLedger, NotSavedError
 from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.metrics import Metrics
 from nri_plrm.nri.handlers import NRIError
-from nri_plrm.podsource.base import PodEventSink, PodSpecSource
+from nri_plrm.outcomes import Outcomes
+from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
 from nri_plrm.pool_updates import (
     SentUpdates,
     UpdateFlusher,
@@ -67,7 +68,8 @@ class Plugin:
 
     ``ledger`` holds and persists the decisions; ``pod_specs`` (optional) gives full pod specs
     for the kubelet-exact whole-pod mode; ``metrics`` (optional) counts reconciliation;
-    ``events`` (optional) receives the kubelet's rejection reason and message as pod Events.
+    ``events`` (optional) receives the kubelet's rejection reason and message as pod Events;
+    ``refused`` (optional) the final admission refusals of pods known from the API.
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class Plugin:
         logger: logging.Logger | None = None,
         lookup_timeout: float = 0.5,
         events: PodEventSink | None = None,
+        refused: PodRefusalSink | None = None,
     ) -> None:
         self.ledger = ledger
         self.pod_specs = pod_specs
@@ -86,6 +89,8 @@ class Plugin:
         self.log = logger or logging.getLogger("nri_plrm.plugin")
         self.lookup_timeout = lookup_timeout
         self.events = events
+        self.outcomes = Outcomes(self.log, lambda: self._decision_level, events, refused)
+        self.decision_log = self.outcomes.decision_log
         self._lookups: dict[str, PodSpec | None] | None = None
         """Pod spec lookups already made during the current Synchronize."""
         self.runtime = ("", "")
@@ -97,13 +102,13 @@ class Plugin:
             self.sent,
             metrics.observe_pool_update_lag if metrics is not None else None,
         )
-        self.inference = SingleContainerInference(ledger, self.log, self._event)
+        self.inference = SingleContainerInference(ledger, self.log, self.outcomes.event)
         self.resizes = Resizes(
             ledger,
             metrics=metrics,
             log=self.log,
             decision_log=self.decision_log,
-            event=self._event,
+            event=self.outcomes.event,
         )
 
     def attach(
@@ -159,9 +164,7 @@ class Plugin:
                 err,
                 aggregate=None if spec else intent.aggregate,
             )
-            why = rejection_text(err, cause)
-            self.decision_log(record, "", None, f"rejected {err.reason}: {why}")
-            self._event(record, err, why)
+            why = self.outcomes.rejected(record, "", err, cause)
             raise NRIError(f"{err.reason}: {why}") from err
         except NotSavedError as exc:
             raise NRIError(str(exc)) from exc
@@ -363,13 +366,6 @@ class Plugin:
             memo[uid] = spec
         return spec
 
-    def _event(self, record: PodRecord, err: AdmissionError, message: str) -> None:
-        """Post the kubelet's rejection reason with ``message`` (the kubelet's message and the
-        cause) as a Warning Event on the pod (never blocks)."""
-        if self.events is not None:
-            spec = record.intent.spec
-            self.events.record(spec.uid, spec.namespace, spec.name, err.reason, message)
-
     def place(
         self, record: PodRecord, container: api.Container
     ) -> tuple[ContainerAssignment, Changes]:
@@ -383,9 +379,7 @@ class Plugin:
             assignment, changes = self.ledger.place(record.uid, name, container.id, cspec)
         except AdmissionError as err:
             cause = explain_rejection(self.ledger.engine, record.pod_spec, err, cspec)
-            why = rejection_text(err, cause)
-            self.decision_log(record, name, None, f"rejected {err.reason}: {why}")
-            self._event(record, err, why)
+            why = self.outcomes.rejected(record, name, err, cause)
             raise NRIError(f"pod {record.label()} container {name}: {err.reason}: {why}") from err
         except IntentError as err:
             if self.metrics is not None:
@@ -433,35 +427,6 @@ class Plugin:
         for everything itself)."""
         if not self.ledger.in_batch:
             self.flusher.queue(changes, grown=grown)
-
-    def decision_log(
-        self, record: PodRecord, container: str, assignment: ContainerAssignment | None, reason: str
-    ) -> None:
-        level = logging.INFO if assignment is None else self._decision_level
-        if not self.log.isEnabledFor(level):
-            return
-        cpus = str(assignment.cpus) if assignment is not None else "-"
-        mems = str(assignment.mems) if assignment is not None and assignment.mems else "-"
-        self.log.log(
-            level,
-            "decision pod=%s container=%s cpus=%s mems=%s reason=%s",
-            record.label(),
-            container or "-",
-            cpus,
-            mems,
-            reason,
-            extra={
-                "plrm": {
-                    "event": "decision",
-                    "pod": record.label(),
-                    "uid": record.uid,
-                    "container": container,
-                    "cpus": cpus,
-                    "mems": mems,
-                    "reason": reason,
-                }
-            },
-        )
 
 
 def _reason(assignment: ContainerAssignment) -> str:
