@@ -149,6 +149,8 @@ class KubernetesSettings:
     lookup_timeout: float = 0.5
     node_resource_topology: bool = False
     """Publish this node's NodeResourceTopology object (only with ``enabled``)."""
+    fail_refused_pods: bool = True
+    """Mark a pod refused at admission ``Failed``, as the kubelet does (only with ``enabled``)."""
 
 
 @dataclass(frozen=True)

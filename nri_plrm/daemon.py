@@ -52,7 +52,7 @@ from nri_plrm.nri.stub import ENV_SOCKET, RuntimeUnreachable, Stub
 from nri_plrm.plugin import Plugin
 from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
-from nri_plrm.podsource.base import PodEventSink, PodSpecSource
+from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
 from nri_plrm.safepaths import validate_for_host
 from nri_plrm.topology.hotplug.monitor import HotplugMonitor
 from nri_plrm.topology.hotplug.uevent import HotplugEvent
@@ -145,6 +145,7 @@ def build_plugin(
     *,
     pod_specs: PodSpecSource | None = None,
     events: PodEventSink | None = None,
+    refused: PodRefusalSink | None = None,
     on_change: Callable[[], None] | None = None,
 ) -> Plugin:
     """The node ledger (opened from ``config.state.dir``) and the plugin for ``config`` on
@@ -166,6 +167,7 @@ def build_plugin(
         lookup_timeout=config.kubernetes.lookup_timeout,
         pod_specs=pod_specs,
         events=events,
+        refused=refused,
     )
 
 
@@ -207,6 +209,7 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
             metrics,
             pod_specs=kube.cache if kube is not None else None,
             events=kube.events if kube is not None else None,
+            refused=kube.refused if kube is not None else None,
             on_change=exporter.mark_dirty if exporter is not None else None,
         )
     except (CheckpointError, OSError) as exc:

@@ -50,6 +50,7 @@ RECONCILE_ACTIONS = ("adopted", "corrected", "released")
 POD_CACHE_FALLBACKS = ("unavailable", "not_found", "invalid")
 """Why a pod's spec lookup fell back to NRI-only inference."""
 EVENT_RESULTS = ("posted", "failed", "dropped", "deduplicated", "rate_limited")
+REFUSED_POD_RESULTS = ("failed", "gone", "terminal", "other_node", "error", "dropped")
 NRT_WRITE_RESULTS = ("written", "conflict", "failed", "foreign_writer")
 """What became of a Kubernetes Event the plugin recorded."""
 HOTPLUG_IGNORED = ("unreadable", "memory", "no_change")
@@ -261,6 +262,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.refused_pods = Counter(
+            "nri_plrm_refused_pods",
+            "Pods refused at admission in API mode, by what became of them (failed: marked "
+            "Failed as the kubelet does; gone, terminal, other_node: skipped; error; dropped).",
+            ["result"],
+            registry=r,
+        )
         self.node_resource_topology_writes = Counter(
             "nri_plrm_node_resource_topology_writes",
             "NodeResourceTopology writes, by result (written, conflict: re-read after "
@@ -313,6 +321,8 @@ class Metrics:
             self.pod_cache_fallbacks.labels(reason=reason)
         for result in EVENT_RESULTS:
             self.kubernetes_events.labels(result=result)
+        for result in REFUSED_POD_RESULTS:
+            self.refused_pods.labels(result=result)
         for result in NRT_WRITE_RESULTS:
             self.node_resource_topology_writes.labels(result=result)
         for kind in CHECKPOINT_DAMAGE:
@@ -477,6 +487,11 @@ class Metrics:
         """One recorded Kubernetes Event and what became of it (``EVENT_RESULTS``)."""
         _check(result, EVENT_RESULTS, "result")
         self.kubernetes_events.labels(result=result).inc()
+
+    def refused_pod(self, result: str) -> None:
+        """One pod refused at admission and what became of it (``REFUSED_POD_RESULTS``)."""
+        _check(result, REFUSED_POD_RESULTS, "result")
+        self.refused_pods.labels(result=result).inc()
 
     def node_resource_topology_write(self, result: str) -> None:
         """One NodeResourceTopology write attempt and its result (``NRT_WRITE_RESULTS``)."""

@@ -20,6 +20,7 @@ from nri_plrm.podsource.client import (
 from nri_plrm.podsource.events import EventRecorder
 from nri_plrm.podsource.kube import KubePodCache
 from nri_plrm.podsource.nrt import NodeTopologyExporter
+from nri_plrm.podsource.refusals import RefusedPods
 from nri_plrm.topology.model import Topology
 
 log = logging.getLogger("nri_plrm.podsource")
@@ -27,12 +28,14 @@ log = logging.getLogger("nri_plrm.podsource")
 
 @dataclass
 class KubernetesAccess:
-    """The pod cache (a ``PodSpecSource``), the event recorder (a ``PodEventSink``) and the
-    NodeResourceTopology exporter (None when not asked for)."""
+    """The pod cache (a ``PodSpecSource``), the event recorder (a ``PodEventSink``), the
+    NodeResourceTopology exporter and the refused-pod patcher (a ``PodRefusalSink``); the last
+    two None when not asked for."""
 
     cache: KubePodCache
     events: EventRecorder
     topology: NodeTopologyExporter | None = None
+    refused: RefusedPods | None = None
 
     def start(self) -> None:
         """Start listing/watching, posting and exporting in the running loop."""
@@ -40,9 +43,13 @@ class KubernetesAccess:
         self.events.start()
         if self.topology is not None:
             self.topology.start()
+        if self.refused is not None:
+            self.refused.start()
 
     async def stop(self) -> None:
         """Stop them all."""
+        if self.refused is not None:
+            await self.refused.stop()
         if self.topology is not None:
             await self.topology.stop()
         await self.events.stop()
@@ -93,4 +100,6 @@ def open_kubernetes(
             ),
         )
         log.info("publishing NodeResourceTopology %s", node)
-    return KubernetesAccess(cache, EventRecorder(client, node, metrics=metrics), exporter)
+    refused = RefusedPods(client, node, metrics=metrics) if settings.fail_refused_pods else None
+    events = EventRecorder(client, node, metrics=metrics)
+    return KubernetesAccess(cache, events, exporter, refused)

@@ -64,3 +64,15 @@ class PodEventSink(Protocol):
     ) -> None:
         """Report ``reason``/``message`` (the kubelet's) on the pod."""
         ...
+
+
+class PodRefusalSink(Protocol):
+    """Where the plugin reports a final admission refusal decided from the pod's API spec, so
+    the pod can end as the kubelet ends a pod it refuses (``nri_plrm.podsource.refusals``).
+
+    ``record`` must return at once and never raise.
+    """
+
+    def record(self, pod_uid: str, namespace: str, name: str, reason: str, message: str) -> None:
+        """Report the refusal (the kubelet's reason and message)."""
+        ...

@@ -251,6 +251,7 @@ def test_rbac_for_the_pod_cache() -> None:
     }
     assert rules == {
         ("", "pods"): ["get", "list", "watch"],
+        ("", "pods/status"): ["patch"],
         ("", "events"): ["create", "patch"],
         ("events.k8s.io", "events"): ["create", "patch"],
         ("", "nodes"): ["get"],

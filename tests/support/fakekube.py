@@ -1,11 +1,13 @@
 """A small Kubernetes API server for tests: real HTTP/1.1 over TCP on 127.0.0.1.
 
-It speaks what the pod cache and the event recorder use: ``GET /api/v1/pods`` (a JSON list with
-``metadata.resourceVersion``, ``fieldSelector=spec.nodeName=<node>`` honoured) and its watch
+It speaks what the pod cache, the event recorder and the refused-pod patcher use: ``GET
+/api/v1/pods`` (a JSON list with ``metadata.resourceVersion``,
+``fieldSelector=spec.nodeName=<node>`` honoured) and its watch
 (``watch=true``: a chunked stream of ``{"type": ..., "object": ...}`` lines from the requested
 ``resourceVersion``, ``timeoutSeconds`` honoured), ``410 Gone`` for a compacted
 ``resourceVersion`` (as an HTTP status or as a watch ``ERROR`` event), dropped connections,
-``POST /api/v1/namespaces/<ns>/events``, ``GET /api/v1/nodes/<name>`` and the cluster-scoped
+``POST /api/v1/namespaces/<ns>/events``, ``GET`` of one pod and a merge ``PATCH`` of its
+``status``, ``GET /api/v1/nodes/<name>`` and the cluster-scoped
 NodeResourceTopology custom resource (``GET``/``POST``/``PUT`` under
 ``/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies``, with ``resourceVersion``
 conflicts as the API server answers them). Every request is recorded.
@@ -363,7 +365,38 @@ class FakeKube:
         ):
             await self._post_event(parts[3], request, writer)
             return
+        if len(parts) in (6, 7) and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
+            await self._pod_api(parts[3], parts[5], parts[6:], request, writer)
+            return
         await self._json(writer, 404, _status(404, "NotFound", f"{request.path} not found"))
+
+    async def _pod_api(
+        self,
+        namespace: str,
+        name: str,
+        sub: list[str],
+        request: Request,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        """``GET`` one pod and a merge ``PATCH`` of its ``status`` (a changed ``metadata.uid``
+        in the patch fails as the API server's uid precondition does); the patch is MODIFIED."""
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            await self._json(writer, 404, _status(404, "NotFound", f'pods "{name}" not found'))
+        elif request.method == "GET" and not sub:
+            await self._json(writer, 200, pod)
+        elif request.method == "PATCH" and sub == ["status"]:
+            patch = request.body if isinstance(request.body, dict) else {}
+            uid = (patch.get("metadata") or {}).get("uid")
+            if uid is not None and uid != pod["metadata"].get("uid"):
+                msg = f"Precondition failed: UID in precondition: {uid}"
+                await self._json(writer, 409, _status(409, "Conflict", msg))
+                return
+            changed = copy.deepcopy(pod)
+            changed.setdefault("status", {}).update(patch.get("status") or {})
+            await self._json(writer, 200, self.modify(changed))
+        else:
+            await self._json(writer, 405, _status(405, "MethodNotAllowed", request.method))
 
     async def _list(self, request: Request, writer: asyncio.StreamWriter) -> None:
         selector = _selector(request.query.get("fieldSelector", ""))
