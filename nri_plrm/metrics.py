@@ -49,6 +49,8 @@ AllocatePod writes (exclusive slices and pod shared pool alike) as ``source="pod
 RECONCILE_ACTIONS = ("adopted", "corrected", "released")
 POD_CACHE_FALLBACKS = ("unavailable", "not_found", "invalid")
 """Why a pod's spec lookup fell back to NRI-only inference."""
+POD_CACHE_REFUSALS = ("list_pages", "list_bytes", "watch_line")
+"""Which cap an answer of the API server went past (the pod cache refused it)."""
 EVENT_RESULTS = ("posted", "failed", "dropped", "deduplicated", "rate_limited")
 NRT_WRITE_RESULTS = ("written", "conflict", "failed")
 """What became of a Kubernetes Event the plugin recorded."""
@@ -247,6 +249,19 @@ class Metrics:
             "RunPodSandbox lookups that fell back to NRI-only inference, by reason "
             "(unavailable, not_found, invalid).",
             ["reason"],
+            registry=r,
+        )
+        self.pod_cache_refusals = Counter(
+            "nri_plrm_pod_cache_refusals",
+            "API server answers the pod cache refused, by the cap they went past (list_pages, "
+            "list_bytes, watch_line); the cache then decides from NRI data and lists again.",
+            ["reason"],
+            registry=r,
+        )
+        self.pod_lookups_unwaited = Counter(
+            "nri_plrm_pod_lookups_unwaited",
+            "Pod spec lookups made without waiting because the NRI request's lookup budget "
+            "(kubernetes.lookup_timeout in all) was spent; a pod not cached is placed from NRI.",
             registry=r,
         )
         self.pod_cache_relists = Counter(
@@ -467,6 +482,15 @@ class Metrics:
         """A spec lookup fell back to NRI-only inference (``POD_CACHE_FALLBACKS``)."""
         _check(reason, POD_CACHE_FALLBACKS, "reason")
         self.pod_cache_fallbacks.labels(reason=reason).inc()
+
+    def pod_cache_refused(self, reason: str) -> None:
+        """The pod cache refused an API answer past a cap (``POD_CACHE_REFUSALS``)."""
+        _check(reason, POD_CACHE_REFUSALS, "reason")
+        self.pod_cache_refusals.labels(reason=reason).inc()
+
+    def pod_lookup_unwaited(self) -> None:
+        """A lookup made without waiting: the request's lookup budget was spent."""
+        self.pod_lookups_unwaited.inc()
 
     def pod_cache_relisted(self) -> None:
         """The pod cache listed every pod again after its watch expired."""
