@@ -12,9 +12,9 @@ conflicts as the API server answers them). Lists honour ``limit`` and ``continue
 server does. Every request is recorded.
 
 Hostile modes, as a broken or malicious API server behaves: ``fill`` (a huge list),
-``endless_continue`` (every page says there is more), ``watch_line_bytes`` (each watch first
-sends one event line that long, streamed without building it) and ``watch_ends_at_once`` (every
-watch ends before any event).
+``ignore_limit`` (one page whatever ``limit`` says), ``endless_continue`` (every page says there
+is more), ``watch_line_bytes`` (each watch first sends one event line that long, streamed without
+building it) and ``watch_ends_at_once`` (every watch ends before any event).
 """
 
 from __future__ import annotations
@@ -127,6 +127,8 @@ class FakeKube:
         """False: the CRD is not installed (every NodeResourceTopology request is a 404)."""
         self.endless_continue = False
         """Every list page carries a ``continue`` token and new pods (an endless list)."""
+        self.ignore_limit = False
+        """Lists answer every pod in one page whatever ``limit`` asks (as a proxy might)."""
         self.watch_line_bytes = 0
         """When set, each watch first sends a MODIFIED event line of about this many bytes."""
         self.watch_ends_at_once = False
@@ -392,7 +394,7 @@ class FakeKube:
 
     async def _list(self, request: Request, writer: asyncio.StreamWriter) -> None:
         selector = _selector(request.query.get("fieldSelector", ""))
-        limit = int(request.query.get("limit", "0") or 0)
+        limit = 0 if self.ignore_limit else int(request.query.get("limit", "0") or 0)
         offset = int(request.query.get("continue", "0") or 0)
         self.pages_served += 1
         if self.endless_continue:
