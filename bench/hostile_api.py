@@ -10,6 +10,8 @@ another for ``DURATION`` seconds (RunPodSandbox, CreateContainer, StartContainer
 pods are known to the API) while the daemon's VmRSS is sampled. Per case ``CASE``:
 
 - ``hostile_CASE_create_p99_ms``: CreateContainer round trip p99 (target < 20 ms);
+- ``hostile_CASE_request_max_ms``: the slowest NRI request of any kind (a stalled event loop
+  shows here first: one stall is one slow request, below the p99 of thousands);
 - ``hostile_CASE_rss_max_mb``: the highest VmRSS sampled (target < 200 MiB);
 - ``hostile_CASE_sigterm_s``: SIGTERM to exit at the end;
 - ``hostile_CASE_nri_failures``: NRI requests that failed or timed out (target 0).
@@ -177,7 +179,9 @@ async def _case(tmp: Path, case: str) -> dict[str, float]:
                 failed += 1
                 rt = FakeRuntime(sim)
                 await asyncio.sleep(0.1)
-        creates = [r.seconds for r in sim.records[first:] if r.method == "CreateContainer"]
+        records = sim.records[first:]
+        creates = [r.seconds for r in records if r.method == "CreateContainer"]
+        slowest = max(r.seconds for r in records)
         rss.append(status_mib(daemon.pid, "VmRSS"))
     finally:
         took, code = await asyncio.get_running_loop().run_in_executor(None, _stop, daemon)
@@ -189,6 +193,7 @@ async def _case(tmp: Path, case: str) -> dict[str, float]:
         raise RuntimeError(f"{case}: daemon exited with {code}:\n{log}")
     out = {
         f"hostile_{case}_create_p99_ms": percentile(creates, 99) * 1000,
+        f"hostile_{case}_request_max_ms": slowest * 1000,
         f"hostile_{case}_rss_max_mb": max(rss),
         f"hostile_{case}_sigterm_s": took,
         f"hostile_{case}_nri_failures": float(failed),

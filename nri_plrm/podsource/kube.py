@@ -295,7 +295,7 @@ class KubePodCache:
                 events += 1
         finally:
             with contextlib.suppress(Exception):
-                await stream.aclose()  # type: ignore[attr-defined]
+                await stream.aclose()
         return events
 
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:

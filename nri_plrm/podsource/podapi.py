@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,7 +87,7 @@ class PodApi:
 
     async def watch(
         self, fields: Mapping[str, str], resource_version: str, server_timeout: int, idle: float
-    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """The watch events (type, object) from ``resource_version`` until the server ends the
         watch or ``idle`` seconds pass without a byte; a 410 ``ERROR`` event raises
         :class:`ApiStatusError`."""
