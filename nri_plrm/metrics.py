@@ -28,6 +28,7 @@ from nri_plrm.engine.spec import (
     ContainerAssignment,
 )
 from nri_plrm.ledger.view import PodResourcesView, reported_containers
+from nri_plrm.metrics_kubernetes import KubernetesApiMetrics, check_label
 from nri_plrm.steps import Steps, finish
 from nri_plrm.topology.model import Topology
 
@@ -47,11 +48,8 @@ _SOURCE_OF = {
 """Allocation source per assignment: the kubelet counts every container assignment its
 AllocatePod writes (exclusive slices and pod shared pool alike) as ``source="pod"``."""
 RECONCILE_ACTIONS = ("adopted", "corrected", "released")
-POD_CACHE_FALLBACKS = ("unavailable", "not_found", "invalid")
 """Why a pod's spec lookup fell back to NRI-only inference."""
-EVENT_RESULTS = ("posted", "failed", "dropped", "deduplicated", "rate_limited")
-REFUSED_POD_RESULTS = ("failed", "gone", "terminal", "other_node", "error", "dropped")
-NRT_WRITE_RESULTS = ("written", "conflict", "failed", "foreign_writer")
+"""Which cap an answer of the API server went past (the pod cache refused it)."""
 """What became of a Kubernetes Event the plugin recorded."""
 HOTPLUG_IGNORED = ("unreadable", "memory", "no_change")
 """Why a hotplug uevent led to nothing: a datagram that cannot be read, a memory block event
@@ -79,7 +77,7 @@ _LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _log = logging.getLogger(__name__)
 
 
-class Metrics:
+class Metrics(KubernetesApiMetrics):
     """Every metric the plugin exports, on its own :class:`CollectorRegistry`.
 
     Thread-safe (prometheus-client's primitives are). ``request_timeout`` is containerd's
@@ -96,6 +94,7 @@ class Metrics:
         self._view: PodResourcesView | None = None
         self._topology: Topology | None = None
         r = self.registry
+        self.register_kubernetes(r)
 
         self.allocations = Counter(
             "resource_manager_allocations",
@@ -238,45 +237,6 @@ class Metrics:
             ["action"],
             registry=r,
         )
-        self.pod_cache_available = Gauge(
-            "nri_plrm_pod_cache_available",
-            "1 while the Kubernetes API pod cache is synced; 0 means NRI-only inference.",
-            registry=r,
-        )
-        self.pod_cache_fallbacks = Counter(
-            "nri_plrm_pod_cache_fallbacks",
-            "RunPodSandbox lookups that fell back to NRI-only inference, by reason "
-            "(unavailable, not_found, invalid).",
-            ["reason"],
-            registry=r,
-        )
-        self.pod_cache_relists = Counter(
-            "nri_plrm_pod_cache_relists",
-            "Full lists of this node's pods after the first (watch expired: 410 Gone).",
-            registry=r,
-        )
-        self.kubernetes_events = Counter(
-            "nri_plrm_kubernetes_events",
-            "Kubernetes Events the plugin recorded, by result (posted, failed, dropped, "
-            "deduplicated, rate_limited).",
-            ["result"],
-            registry=r,
-        )
-        self.refused_pods = Counter(
-            "nri_plrm_refused_pods",
-            "Pods refused at admission in API mode, by what became of them (failed: marked "
-            "Failed as the kubelet does; gone, terminal, other_node: skipped; error; dropped).",
-            ["result"],
-            registry=r,
-        )
-        self.node_resource_topology_writes = Counter(
-            "nri_plrm_node_resource_topology_writes",
-            "NodeResourceTopology writes, by result (written, conflict: re-read after "
-            "404/409/410, failed: retried with back-off, foreign_writer: another manager "
-            "found in the object's managedFields, once per manager).",
-            ["result"],
-            registry=r,
-        )
         self.podresources_requests = Counter(
             "nri_plrm_podresources_requests",
             "PodResources API requests, by method and gRPC status code.",
@@ -317,14 +277,6 @@ class Metrics:
             self.container_assignments.labels(resource_name="cpu", assignment_type=kind)
         for action in RECONCILE_ACTIONS:
             self.reconciled.labels(action=action)
-        for reason in POD_CACHE_FALLBACKS:
-            self.pod_cache_fallbacks.labels(reason=reason)
-        for result in EVENT_RESULTS:
-            self.kubernetes_events.labels(result=result)
-        for result in REFUSED_POD_RESULTS:
-            self.refused_pods.labels(result=result)
-        for result in NRT_WRITE_RESULTS:
-            self.node_resource_topology_writes.labels(result=result)
         for kind in CHECKPOINT_DAMAGE:
             self.checkpoint_corrupt.labels(kind=kind)
 
@@ -332,7 +284,7 @@ class Metrics:
 
     def record_allocation(self, resource_name: str, source: str, ok: bool = True) -> None:
         """One exclusive allocation (``source`` ``pod`` or ``node``), or its failure."""
-        _check(source, SOURCES, "source")
+        check_label(source, SOURCES, "source")
         counter = self.allocations if ok else self.allocation_errors
         counter.labels(resource_name=resource_name, source=source).inc()
 
@@ -371,7 +323,7 @@ class Metrics:
 
     def record_pinning(self, resource_name: str, ok: bool = True) -> None:
         """One container pinned (``cpu``: cpuset, ``memory``: NUMA nodes), or its failure."""
-        _check(resource_name, RESOURCES, "resource_name")
+        check_label(resource_name, RESOURCES, "resource_name")
         self.pinning_requests.labels(resource_name=resource_name).inc()
         if not ok:
             self.pinning_errors.labels(resource_name=resource_name).inc()
@@ -467,36 +419,8 @@ class Metrics:
 
     def record_reconcile(self, action: str, count: int = 1) -> None:
         """Containers ``adopted``, ``corrected`` or ``released`` during reconciliation."""
-        _check(action, RECONCILE_ACTIONS, "action")
+        check_label(action, RECONCILE_ACTIONS, "action")
         self.reconciled.labels(action=action).inc(count)
-
-    def set_pod_cache_available(self, available: bool) -> None:
-        """Whether the Kubernetes API pod cache is usable (False = NRI-only fallback)."""
-        self.pod_cache_available.set(1 if available else 0)
-
-    def pod_cache_fallback(self, reason: str) -> None:
-        """A spec lookup fell back to NRI-only inference (``POD_CACHE_FALLBACKS``)."""
-        _check(reason, POD_CACHE_FALLBACKS, "reason")
-        self.pod_cache_fallbacks.labels(reason=reason).inc()
-
-    def pod_cache_relisted(self) -> None:
-        """The pod cache listed every pod again after its watch expired."""
-        self.pod_cache_relists.inc()
-
-    def kubernetes_event(self, result: str) -> None:
-        """One recorded Kubernetes Event and what became of it (``EVENT_RESULTS``)."""
-        _check(result, EVENT_RESULTS, "result")
-        self.kubernetes_events.labels(result=result).inc()
-
-    def refused_pod(self, result: str) -> None:
-        """One pod refused at admission and what became of it (``REFUSED_POD_RESULTS``)."""
-        _check(result, REFUSED_POD_RESULTS, "result")
-        self.refused_pods.labels(result=result).inc()
-
-    def node_resource_topology_write(self, result: str) -> None:
-        """One NodeResourceTopology write attempt and its result (``NRT_WRITE_RESULTS``)."""
-        _check(result, NRT_WRITE_RESULTS, "result")
-        self.node_resource_topology_writes.labels(result=result).inc()
 
     def observe_podresources(self, method: str, code: str) -> None:
         """One PodResources request and its gRPC status code name."""
@@ -508,12 +432,12 @@ class Metrics:
 
     def hotplug_ignored_event(self, reason: str) -> None:
         """A hotplug uevent led to nothing (``HOTPLUG_IGNORED``)."""
-        _check(reason, HOTPLUG_IGNORED, "reason")
+        check_label(reason, HOTPLUG_IGNORED, "reason")
         self.hotplug_ignored.labels(reason=reason).inc()
 
     def hotplug_repaired(self, kind: str, count: int = 1) -> None:
         """Repairs made after a CPU hotplug (``HOTPLUG_REPAIRS``)."""
-        _check(kind, HOTPLUG_REPAIRS, "kind")
+        check_label(kind, HOTPLUG_REPAIRS, "kind")
         self.hotplug_repairs.labels(kind=kind).inc(count)
 
     # Gauges computed from the plugin's view at scrape time ------------------------------
@@ -576,8 +500,3 @@ class _OneFamily:
 
     def collect(self) -> Iterable[Metric]:
         return (self.family,)
-
-
-def _check(value: str, allowed: tuple[str, ...], label: str) -> None:
-    if value not in allowed:
-        raise ValueError(f"metric label {label}={value!r}: must be one of {', '.join(allowed)}")

@@ -32,6 +32,7 @@ from nri_plrm.metrics import Metrics
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.outcomes import Outcomes
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
+from nri_plrm.podsource.lookups import SpecLookups
 from nri_plrm.pool_updates import (
     SentUpdates,
     UpdateFlusher,
@@ -87,12 +88,11 @@ class Plugin:
         self.pod_specs = pod_specs
         self.metrics = metrics
         self.log = logger or logging.getLogger("nri_plrm.plugin")
-        self.lookup_timeout = lookup_timeout
         self.events = events
         self.outcomes = Outcomes(self.log, lambda: self._decision_level, events, refused)
         self.decision_log = self.outcomes.decision_log
-        self._lookups: dict[str, PodSpec | None] | None = None
-        """Pod spec lookups already made during the current Synchronize."""
+        self.lookups = SpecLookups(lookup_timeout, metrics)
+        """Each NRI request waits ``lookup_timeout`` seconds at most for pod specs."""
         self.runtime = ("", "")
         self.sent = SentUpdates()
         """What the runtime was sent lately: updates that would repeat it are left out."""
@@ -323,15 +323,13 @@ class Plugin:
         start = time.perf_counter()
         collecting = gc.isenabled()
         gc.disable()  # it builds the node's state: collecting half-way is wasted work
-        self._lookups = {}  # one API lookup per pod, however many steps ask
         try:
-            with self.ledger.batch():
+            with self.lookups.batch(), self.ledger.batch():
                 reconciler = Reconciler(self)
                 updates = await reconciler.run(pods, containers)
         except NotSavedError as exc:
             raise NRIError(f"reconciliation not applied: {exc}") from exc
         finally:
-            self._lookups = None
             if collecting:
                 gc.freeze()  # what it built lives as long as the plugin: no collection walks it
                 gc.enable()
@@ -355,16 +353,8 @@ class Plugin:
     # ----------------------------------------------------------------- internals
 
     async def lookup(self, uid: str, namespace: str, name: str) -> PodSpec | None:
-        source = self.pod_specs
-        if source is None:
-            return None
-        memo = self._lookups
-        if memo is not None and uid in memo:
-            return memo[uid]
-        spec = await source.lookup(uid, namespace, name, self.lookup_timeout)
-        if memo is not None:
-            memo[uid] = spec
-        return spec
+        """The pod's spec from ``pod_specs`` within this request's lookup budget."""
+        return await self.lookups.find(self.pod_specs, uid, namespace, name)
 
     def place(
         self, record: PodRecord, container: api.Container

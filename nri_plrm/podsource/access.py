@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from lightkube import AsyncClient
+
 from nri_plrm.config import KubernetesSettings, TopologyManagerSettings
 from nri_plrm.engine.topology_manager import DEFAULT_MAX_ALLOWABLE_NUMA_NODES
 from nri_plrm.metrics import Metrics
@@ -15,6 +17,7 @@ from nri_plrm.podsource.client import (
     KubeConfigError,
     load_kube_config,
     new_client,
+    new_pod_api,
     node_name,
 )
 from nri_plrm.podsource.events import EventRecorder
@@ -29,13 +32,15 @@ log = logging.getLogger("nri_plrm.podsource")
 @dataclass
 class KubernetesAccess:
     """The pod cache (a ``PodSpecSource``), the event recorder (a ``PodEventSink``), the
-    NodeResourceTopology exporter and the refused-pod patcher (a ``PodRefusalSink``); the last
-    two None when not asked for."""
+    NodeResourceTopology exporter and the refused-pod patcher (a ``PodRefusalSink``), the last
+    two None when not asked for; ``client`` is the connection the events, the exporter and the
+    patcher share (the cache has its own), closed by ``stop``."""
 
     cache: KubePodCache
     events: EventRecorder
     topology: NodeTopologyExporter | None = None
     refused: RefusedPods | None = None
+    client: AsyncClient | None = None
 
     def start(self) -> None:
         """Start listing/watching, posting and exporting in the running loop."""
@@ -54,6 +59,8 @@ class KubernetesAccess:
             await self.topology.stop()
         await self.events.stop()
         await self.cache.stop()
+        if self.client is not None:
+            await self.client.close()
 
 
 def open_kubernetes(
@@ -74,6 +81,7 @@ def open_kubernetes(
     try:
         config = load_kube_config(settings.kubeconfig, service_account_dir)
         client = new_client(config)
+        pod_api = new_pod_api(config)
     except KubeConfigError as exc:
         log.error("Kubernetes API not used, deciding from NRI data only: %s", exc)
         if metrics is not None:
@@ -82,7 +90,7 @@ def open_kubernetes(
     current = config.get()
     server = current.cluster.server if current is not None else ""
     log.info("Kubernetes API pod cache for node %s at %s", node, server or "?")
-    cache = KubePodCache(client, node, metrics=metrics, server=server)
+    cache = KubePodCache(pod_api, node, metrics=metrics, server=server)
     exporter = None
     if settings.node_resource_topology and topology is not None:
         tm = topology_manager or TopologyManagerSettings()
@@ -102,4 +110,4 @@ def open_kubernetes(
         log.info("publishing NodeResourceTopology %s", node)
     refused = RefusedPods(client, node, metrics=metrics) if settings.fail_refused_pods else None
     events = EventRecorder(client, node, metrics=metrics)
-    return KubernetesAccess(cache, events, exporter, refused)
+    return KubernetesAccess(cache, events, exporter, refused, client)

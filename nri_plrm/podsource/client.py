@@ -12,9 +12,12 @@ import socket
 
 import httpx2
 from lightkube import AsyncClient, KubeConfig
+from lightkube.config.client_adapter import AsyncClient as HttpClient
+from lightkube.config.client_adapter import ConnectionParams
 from lightkube.core.exceptions import ConfigError as LightkubeConfigError
 
 from nri_plrm.config import KubernetesSettings
+from nri_plrm.podsource.podapi import ApiLimits, PodApi
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where Kubernetes mounts a pod's service account token, namespace and CA."""
@@ -59,6 +62,23 @@ def new_client(config: KubeConfig, timeout: float = REQUEST_TIMEOUT) -> AsyncCli
         raise KubeConfigError(
             f"kubeconfig {config.fname or '(in-cluster)'}: no usable cluster and user: {exc}"
         ) from exc
+
+
+def new_pod_api(
+    config: KubeConfig, limits: ApiLimits | None = None, timeout: float = REQUEST_TIMEOUT
+) -> PodApi:
+    """The pod cache's list and watch requests for ``config`` (an HTTP client of its own with
+    the same credentials as :func:`new_client`), within ``limits``."""
+    current = config.get()
+    if current is None:
+        raise KubeConfigError(f"kubeconfig {config.fname or '(in-cluster)'}: no current context")
+    try:
+        http = HttpClient(current, ConnectionParams(timeout=httpx2.Timeout(timeout)))
+    except (AssertionError, LightkubeConfigError, OSError, ValueError) as exc:
+        raise KubeConfigError(
+            f"kubeconfig {config.fname or '(in-cluster)'}: no usable cluster and user: {exc}"
+        ) from exc
+    return PodApi(http, limits)
 
 
 def node_name(settings: KubernetesSettings) -> str:

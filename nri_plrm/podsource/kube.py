@@ -1,9 +1,16 @@
 """An informer-style cache of this node's pods from the Kubernetes API.
 
-``KubePodCache.run`` lists the pods with ``fieldSelector=spec.nodeName=<node>``, then watches
-from the list's ``resourceVersion``; after a dropped connection it watches again from the last
-``resourceVersion`` it saw, and on ``410 Gone`` (an HTTP status or a watch ``ERROR`` event) it
-lists again. Errors are retried with bounded exponential back-off and full jitter.
+``KubePodCache.run`` lists the pods with ``fieldSelector=spec.nodeName=<node>`` in pages of
+``limit`` pods, then watches from the list's ``resourceVersion``; after a dropped connection it
+watches again from the last ``resourceVersion`` it saw, and on ``410 Gone`` (an HTTP status or a
+watch ``ERROR`` event) it lists again. Errors are retried with bounded exponential back-off and
+full jitter; so is a watch that ends at once without an event.
+
+The API server's answers are bounded (``ApiLimits``): pages per list, bytes per page and per
+list, bytes per watch line. An answer past a cap is refused (logged at WARNING and counted by
+``nri_plrm_pod_cache_refusals_total``), the cache says it is unavailable (NRI-only decisions) and
+lists again after a back-off. Pages are decoded and stored in slices of at most ``SLICE``
+seconds between which the event loop serves NRI requests.
 
 ``lookup`` only reads the cache: a pod not seen yet is waited for (an ``asyncio.Event`` per uid)
 for at most the given timeout. While the API is unreachable the cache says it is unavailable
@@ -22,14 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx2
-from lightkube import ALL_NS, AsyncClient
-from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Pod
 
 from nri_plrm.engine.spec import PodSpec
 from nri_plrm.metrics import Metrics
 from nri_plrm.podsource.background import BackgroundTask
 from nri_plrm.podsource.convert import PodObjectError, pod_key, pod_spec_from_api
+from nri_plrm.podsource.pages import Refused
+from nri_plrm.podsource.podapi import ApiStatusError, PodApi
 
 WATCH_TIMEOUT = 300
 """Seconds the API server keeps one watch request open (``timeoutSeconds``)."""
@@ -40,7 +46,10 @@ UNAVAILABLE_AFTER = 2
 """Consecutive failed requests after which a synced cache counts as unavailable."""
 STABLE_WATCH = 10.0
 """Seconds after which a watch that breaks counts as a fresh first failure (quiet watches cut
-by load balancers' idle timeouts are not an outage)."""
+by load balancers' idle timeouts are not an outage); a watch that ends sooner without any event
+is reopened after a back-off."""
+SLICE = 0.001
+"""Seconds of list decoding between two returns to the event loop."""
 
 
 @dataclass(frozen=True)
@@ -67,14 +76,14 @@ class _Waiter:
 class KubePodCache:
     """``PodSpecSource`` backed by list+watch of the pods bound to ``node_name``.
 
-    ``client`` is a lightkube ``AsyncClient`` (see ``nri_plrm.podsource.client``); ``server``
-    names the API server in log lines. Call ``run()`` in a task (or ``start()``), ``stop()`` at
-    shutdown.
+    ``api`` makes the requests within its caps (see ``nri_plrm.podsource.client.new_pod_api``);
+    ``server`` names the API server in log lines. Call ``run()`` in a task (or ``start()``),
+    ``stop()`` at shutdown.
     """
 
     def __init__(
         self,
-        client: AsyncClient,
+        api: PodApi,
         node_name: str,
         *,
         metrics: Metrics | None = None,
@@ -88,7 +97,7 @@ class KubePodCache:
     ) -> None:
         if not node_name:
             raise ValueError("kubernetes.node_name '': the pod cache needs this node's name")
-        self.client = client
+        self.api = api
         self.node_name = node_name
         self.metrics = metrics
         self.log = logger or logging.getLogger("nri_plrm.podsource")
@@ -108,6 +117,8 @@ class KubePodCache:
         self._outage_logged = False
         self._missing_logged = False
         self._lists = 0
+        self._refusals = 0
+        self._empty_watches = 0
         self._runner = BackgroundTask("pod-cache", self.run)
         self._synced_event = asyncio.Event()
         self.on_change: Callable[[PodSpec], None] | None = None
@@ -157,9 +168,9 @@ class KubePodCache:
         return self._runner.start()
 
     async def stop(self) -> None:
-        """Stop the loop and close the client."""
+        """Stop the loop and close the connections."""
         await self._runner.stop()
-        await self.client.close()
+        await self.api.close()
 
     async def wait_synced(self, timeout: float) -> bool:
         """Wait until the first list succeeded; False after ``timeout`` seconds."""
@@ -179,7 +190,8 @@ class KubePodCache:
         return self._rv
 
     async def run(self) -> None:
-        """List, then watch, forever: resume after drops, relist after 410, back off on errors."""
+        """List, then watch, forever: resume after drops, relist after 410 or a refused
+        answer, back off on errors and on watches that end at once without an event."""
         loop = asyncio.get_running_loop()
         gone = 0
         while True:
@@ -188,10 +200,23 @@ class KubePodCache:
                 if self._rv is None:
                     await self._list()
                 watch_started = loop.time()
-                if await self._watch():
+                events = await self._watch()
+                if events:
                     gone = 0
+                    self._refusals = 0
+                    self._empty_watches = 0
+                elif loop.time() - watch_started < self.stable_watch:
+                    self._empty_watches += 1
+                    delay = self.backoff.delay(self._empty_watches)
+                    self.log.debug(
+                        "pod cache: watch ended without an event, reopening in %.2f s", delay
+                    )
+                    await asyncio.sleep(delay)
             except asyncio.CancelledError:
                 raise
+            except Refused as refusal:
+                self._rv = None
+                await asyncio.sleep(self._refused(refusal))
             except Exception as exc:  # any failure of the API or the connection: retry
                 if _is_gone(exc):
                     gone += 1
@@ -206,17 +231,44 @@ class KubePodCache:
                 await asyncio.sleep(self.backoff.delay(self._failures))
 
     async def _list(self) -> None:
-        listing = self.client.list(Pod, namespace=ALL_NS, fields={"spec.nodeName": self.node_name})
-        objects = [pod async for pod in listing]
-        rv = listing.resourceVersion
-        fresh: dict[str, Mapping[str, Any]] = {}
-        for pod in objects:
-            item = pod.to_dict()
-            fresh[pod_key(item)] = item
-        for key in [k for k in list(self._specs) + list(self._invalid) if k not in fresh]:
+        """List every pod page by page within the caps, storing them in slices; pods absent
+        from a complete list are forgotten."""
+        limits = self.api.limits
+        fields = {"spec.nodeName": self.node_name}
+        slices = _Slices()
+        fresh: dict[str, PodSpec | str] = {}
+        cont = rv = ""
+        size = pages = 0
+        try:
+            while True:
+                if pages == limits.max_pages:
+                    raise Refused(
+                        "list_pages",
+                        f"pod list still continued after {pages} pages of {limits.page_size}",
+                    )
+                page = await self.api.list_page(fields, cont, limits.max_list_bytes - size)
+                pages += 1
+                size += page.size
+                for item in page.items():
+                    key = pod_key(item) if isinstance(item, dict) else ""
+                    if key:
+                        fresh[key] = _converted(item)
+                    else:
+                        self.log.warning("pod cache: ignoring a pod object without metadata.uid")
+                    await slices.step()
+                cont, rv = page.continue_token, page.resource_version or rv
+                if not cont:
+                    break
+        except Exception:
+            while fresh:  # freed in slices too: 100,000 pods at once hold the loop for 0.1 s
+                fresh.popitem()
+                await slices.step()
+            raise
+        for key in (self._specs.keys() | self._invalid.keys()) - fresh.keys():
             self._forget(key)
-        for key, obj in fresh.items():
-            self._put(key, obj)
+        for key, converted in fresh.items():
+            self._store(key, converted)
+            await slices.step()
         self._rv = rv
         self._lists += 1
         if self._lists > 1 and self.metrics is not None:
@@ -227,40 +279,30 @@ class KubePodCache:
         self._succeeded()
         if first:
             self.log.info(
-                "pod cache synced: %d pods on node %s from %s (resourceVersion %s)",
+                "pod cache synced: %d pods on node %s from %s in %d pages (resourceVersion %s)",
                 len(self._specs) + len(self._invalid),
                 self.node_name,
                 self.server,
+                pages,
                 rv,
             )
 
-    async def _watch(self) -> bool:
-        """Apply watch events until the stream fails (raises) or stays idle (returns whether
-        any event arrived)."""
-        seen = False
-        stream = self.client.watch(
-            Pod,
-            namespace=ALL_NS,
-            fields={"spec.nodeName": self.node_name},
-            resource_version=self._rv,
-            server_timeout=self.watch_timeout,
+    async def _watch(self) -> int:
+        """Apply watch events until the stream ends or stays idle (returns how many arrived)
+        or fails (raises)."""
+        events = 0
+        stream = self.api.watch(
+            {"spec.nodeName": self.node_name}, self._rv or "", self.watch_timeout, self.idle_timeout
         )
-        iterator = aiter(stream)
         try:
-            while True:
-                try:
-                    kind, pod = await asyncio.wait_for(anext(iterator), self.idle_timeout)
-                except asyncio.TimeoutError:
-                    self.log.debug(
-                        "pod cache: no watch event for %.0f s, reopening", self.idle_timeout
-                    )
-                    return seen
-                self._apply(kind, pod.to_dict())
+            async for kind, obj in stream:
+                self._apply(kind, obj)
                 self._succeeded()
-                seen = True
+                events += 1
         finally:
             with contextlib.suppress(Exception):
-                await iterator.aclose()  # type: ignore[attr-defined]
+                await stream.aclose()
+        return events
 
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata")
@@ -278,20 +320,24 @@ class KubePodCache:
         if not key:
             self.log.warning("pod cache: ignoring a pod object without metadata.uid")
             return
-        try:
-            spec = pod_spec_from_api(obj)
-        except PodObjectError as exc:
-            if self._invalid.get(key) != str(exc):
-                self.log.warning("pod cache: %s; its containers are placed from NRI data", exc)
+        self._store(key, _converted(obj))
+
+    def _store(self, key: str, converted: PodSpec | str) -> None:
+        """Keep a converted pod (or why it cannot be used) and wake its waiters."""
+        if isinstance(converted, str):
+            if self._invalid.get(key) != converted:
+                self.log.warning(
+                    "pod cache: %s; its containers are placed from NRI data", converted
+                )
             self._specs.pop(key, None)
-            self._invalid[key] = str(exc)
+            self._invalid[key] = converted
         else:
             self._invalid.pop(key, None)
             previous = self._specs.get(key)
-            self._specs[key] = spec
-            if previous is not None and self.on_change is not None and resized(previous, spec):
+            self._specs[key] = converted
+            if previous is not None and self.on_change is not None and resized(previous, converted):
                 try:
-                    self.on_change(spec)
+                    self.on_change(converted)
                 except Exception:  # a follower's bug must not stop the watch
                     self.log.exception("pod cache: following the resize of %s failed", key)
         waiter = self._waiters.get(key)
@@ -318,6 +364,27 @@ class KubePodCache:
                 "resumed",
                 self.server,
             )
+
+    def _refused(self, refusal: Refused) -> float:
+        """Count and log a refused answer, mark the cache unavailable; the pause before the
+        next list."""
+        self._refusals += 1
+        self._failures = 0
+        self._healthy = False
+        self._outage_logged = True
+        if self.metrics is not None:
+            self.metrics.set_pod_cache_available(False)
+            self.metrics.pod_cache_refused(refusal.reason)
+        delay = self.backoff.delay(self._refusals)
+        self.log.warning(
+            "pod cache: answer of %s refused (%s): %s; deciding from NRI data only, listing "
+            "again in %.1f s",
+            self.server,
+            refusal.reason,
+            refusal,
+            delay,
+        )
+        return delay
 
     def _failed(self, exc: BaseException) -> None:
         self._failures += 1
@@ -360,6 +427,13 @@ class KubePodCache:
         )
 
 
+def _converted(obj: Mapping[str, Any]) -> PodSpec | str:
+    try:
+        return pod_spec_from_api(obj)
+    except PodObjectError as exc:
+        return str(exc)
+
+
 def resized(old: PodSpec, new: PodSpec) -> bool:
     """True when a pod's pod-level or container resources differ between two specs."""
 
@@ -374,8 +448,8 @@ def resized(old: PodSpec, new: PodSpec) -> bool:
 
 
 def _is_gone(exc: BaseException) -> bool:
-    if isinstance(exc, ApiError):
-        return exc.status.code == 410
+    if isinstance(exc, ApiStatusError):
+        return exc.code == 410
     if isinstance(exc, httpx2.HTTPStatusError):
         return exc.response.status_code == 410
     return False
@@ -383,8 +457,22 @@ def _is_gone(exc: BaseException) -> bool:
 
 def describe_failure(exc: BaseException) -> str:
     """A failed API request in one line: the HTTP status (and message) or the exception."""
-    if isinstance(exc, ApiError):
-        return f"HTTP {exc.status.code}: {exc.status.message}"
+    if isinstance(exc, ApiStatusError):
+        return str(exc)
     if isinstance(exc, httpx2.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class _Slices:
+    """Returns to the event loop once ``SLICE`` seconds of work went by since the last return."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._until = self._loop.time() + SLICE
+
+    async def step(self) -> None:
+        """Yield to the loop if this slice is spent."""
+        if self._loop.time() >= self._until:
+            await asyncio.sleep(0)
+            self._until = self._loop.time() + SLICE

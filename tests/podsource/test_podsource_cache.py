@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 
 from nri_plrm.config import KubernetesSettings
 from nri_plrm.metrics import Metrics
-from nri_plrm.podsource.client import KubeConfigError, load_kube_config, new_client, node_name
+from nri_plrm.podsource.client import (
+    KubeConfigError,
+    load_kube_config,
+    new_pod_api,
+    node_name,
+)
 from nri_plrm.podsource.kube import Backoff, KubePodCache
 
 NODE = "node-a"
@@ -57,9 +62,8 @@ async def cache_for(
 ) -> AsyncIterator[KubePodCache]:
     path = tmp_path / "kubeconfig"
     path.write_text(kubeconfig_text(fk.url))
-    client = new_client(load_kube_config(str(path)))
     cache = KubePodCache(
-        client,
+        new_pod_api(load_kube_config(str(path))),
         NODE,
         metrics=metrics,
         logger=logging.getLogger(LOGGER),
@@ -403,7 +407,7 @@ def test_cache_needs_a_node_name(tmp_path: Path) -> None:
     path = tmp_path / "kubeconfig"
     path.write_text(kubeconfig_text(f"http://127.0.0.1:{free_port()}"))
     with pytest.raises(ValueError, match="node_name"):
-        KubePodCache(new_client(load_kube_config(str(path))), "")
+        KubePodCache(new_pod_api(load_kube_config(str(path))), "")
 
 
 @given(

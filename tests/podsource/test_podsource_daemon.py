@@ -115,7 +115,8 @@ def test_open_kubernetes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
     access = open_kubernetes(KubernetesSettings(enabled=True, kubeconfig=str(kubeconfig)))
     assert access is not None
     assert access.cache.server == "http://127.0.0.1:1"
-    assert access.cache.client is access.events.client
+    assert access.client is access.events.client
+    assert str(access.cache.api.http.base_url).startswith("http://127.0.0.1:1")
     assert access.topology is None  # node_resource_topology off
     asyncio.run(access.stop())
     settings = KubernetesSettings(
@@ -123,7 +124,7 @@ def test_open_kubernetes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
     )
     access = open_kubernetes(settings, topology=MACHINES["default"])
     assert access is not None and access.topology is not None
-    assert access.topology.client is access.cache.client
+    assert access.topology.client is access.client
     assert (access.topology.policy, access.topology.scope) == ("single-numa-node", "pod")
     asyncio.run(access.stop())
 

@@ -22,7 +22,7 @@ from nri_plrm.engine.spec import TOPOLOGY_AFFINITY_ERROR, AdmissionError, PodSpe
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
-from nri_plrm.podsource.client import load_kube_config, new_client
+from nri_plrm.podsource.client import load_kube_config, new_client, new_pod_api
 from nri_plrm.podsource.events import EventRecorder
 from nri_plrm.podsource.kube import Backoff, KubePodCache
 from nri_plrm.topology.machines import MACHINES
@@ -90,7 +90,12 @@ def run(
         client = new_client(load_kube_config(str(path)))
         log = logging.getLogger(LOGGER)
         cache = KubePodCache(
-            client, NODE, metrics=metrics, logger=log, server=fk.url, backoff=Backoff(0.01, 0.05)
+            new_pod_api(load_kube_config(str(path))),
+            NODE,
+            metrics=metrics,
+            logger=log,
+            server=fk.url,
+            backoff=Backoff(0.01, 0.05),
         )
         events = EventRecorder(client, NODE, metrics=metrics, logger=log)
         plugin = Plugin(

@@ -27,7 +27,7 @@ from nri_plrm.engine.spec import PodSpec
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
-from nri_plrm.podsource.client import load_kube_config, new_client
+from nri_plrm.podsource.client import load_kube_config, new_client, new_pod_api
 from nri_plrm.podsource.fingerprint import fingerprint
 from nri_plrm.podsource.kube import Backoff, KubePodCache
 from nri_plrm.podsource.nrt import (
@@ -223,9 +223,14 @@ async def start_plugin(
 ) -> tuple[Plugin, KubePodCache, NodeTopologyExporter]:
     path = tmp_path / "kubeconfig"
     path.write_text(kubeconfig_text(fk.url))
-    client = new_client(load_kube_config(str(path)))
     log = logging.getLogger(LOGGER)
-    cache = KubePodCache(client, NODE, metrics=metrics, logger=log, backoff=Backoff(0.01, 0.05))
+    cache = KubePodCache(
+        new_pod_api(load_kube_config(str(path))),
+        NODE,
+        metrics=metrics,
+        logger=log,
+        backoff=Backoff(0.01, 0.05),
+    )
     exporter = exporter_for(fk.url, tmp_path, metrics, interval)
     plugin = Plugin(
         NodeLedger(

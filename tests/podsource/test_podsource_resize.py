@@ -10,7 +10,7 @@ from pathlib import Path
 from fakekube import FakeKube, api_pod, kubeconfig_text
 
 from nri_plrm.engine.spec import PodSpec
-from nri_plrm.podsource.client import load_kube_config, new_client
+from nri_plrm.podsource.client import load_kube_config, new_pod_api
 from nri_plrm.podsource.kube import Backoff, KubePodCache
 
 NODE = "node-a"
@@ -34,7 +34,7 @@ def test_resized_pod_is_followed(tmp_path: Path) -> None:
         path = tmp_path / "kubeconfig"
         path.write_text(kubeconfig_text(fk.url))
         cache = KubePodCache(
-            new_client(load_kube_config(str(path))),
+            new_pod_api(load_kube_config(str(path))),
             NODE,
             logger=logging.getLogger("test.podsource.resize"),
             backoff=Backoff(0.01, 0.05),

@@ -10,7 +10,13 @@ It speaks what the pod cache, the event recorder and the refused-pod patcher use
 ``status``, ``GET /api/v1/nodes/<name>`` and the cluster-scoped
 NodeResourceTopology custom resource (``GET``/``POST``/``PUT`` under
 ``/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies``, with ``resourceVersion``
-conflicts as the API server answers them). Every request is recorded.
+conflicts as the API server answers them). Lists honour ``limit`` and ``continue`` as the API
+server does. Every request is recorded.
+
+Hostile modes, as a broken or malicious API server behaves: ``fill`` (a huge list),
+``ignore_limit`` (one page whatever ``limit`` says), ``endless_continue`` (every page says there
+is more), ``watch_line_bytes`` (each watch first sends one event line that long, streamed without
+building it) and ``watch_ends_at_once`` (every watch ends before any event).
 """
 
 from __future__ import annotations
@@ -121,6 +127,18 @@ class FakeKube:
         """Statuses answered, one per request, to the next NodeResourceTopology writes."""
         self.nrt_crd = True
         """False: the CRD is not installed (every NodeResourceTopology request is a 404)."""
+        self.endless_continue = False
+        """Every list page carries a ``continue`` token and new pods (an endless list)."""
+        self.ignore_limit = False
+        """Lists answer every pod in one page whatever ``limit`` asks (as a proxy might)."""
+        self.watch_line_bytes = 0
+        """When set, each watch first sends a MODIFIED event line of about this many bytes."""
+        self.watch_ends_at_once = False
+        """Every watch answers 200 and ends at once, without an event."""
+        self.pages_served = 0
+        self.huge_bytes_sent = 0
+        """Bytes of huge watch lines written to clients (``watch_line_bytes``)."""
+        self._endless = 0
         self._watches: list[_Watch] = []
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.StreamWriter] = set()
@@ -161,6 +179,15 @@ class FakeKube:
         """Delete a pod and send DELETED."""
         obj = self.pods.pop((namespace, name))
         return self._change("DELETED", obj, store=False)
+
+    def fill(self, count: int, node: str, prefix: str = "bulk") -> None:
+        """Store ``count`` one-container pods on ``node`` at once (no watch events; for huge
+        lists)."""
+        self.rv += 1
+        for i in range(count):
+            obj = api_pod(f"{prefix}-{i}", node)
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self.pods[("default", f"{prefix}-{i}")] = obj
 
     def bookmark(self) -> None:
         """Send a BOOKMARK with the current resourceVersion to every watch."""
@@ -400,13 +427,24 @@ class FakeKube:
 
     async def _list(self, request: Request, writer: asyncio.StreamWriter) -> None:
         selector = _selector(request.query.get("fieldSelector", ""))
-        items = [p for p in self.pods.values() if self._matches(p, selector)]
-        body = {
-            "kind": "PodList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": str(self.rv)},
-            "items": items,
-        }
+        limit = 0 if self.ignore_limit else int(request.query.get("limit", "0") or 0)
+        offset = int(request.query.get("continue", "0") or 0)
+        self.pages_served += 1
+        if self.endless_continue:
+            node = selector.get("spec.nodeName", "node")
+            count = limit or 500
+            items = [api_pod(f"endless-{self._endless + i}", node) for i in range(count)]
+            self._endless += count
+            cont = str(offset + count)
+        else:
+            items = [p for p in self.pods.values() if self._matches(p, selector)]
+            end = offset + limit if limit else len(items)
+            cont = str(end) if end < len(items) else ""
+            items = items[offset:end]
+        meta = {"resourceVersion": str(self.rv)}
+        if cont:
+            meta["continue"] = cont
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
         await self._json(writer, 200, body)
 
     async def _watch(self, request: Request, writer: asyncio.StreamWriter) -> None:
@@ -422,6 +460,13 @@ class FakeKube:
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
+        if self.watch_ends_at_once:
+            await self._end(writer)
+            return
+        if self.watch_line_bytes:
+            await self._huge_line(writer, selector.get("spec.nodeName", "node"))
+            await self._end(writer)
+            return
         if gone:
             await self._chunk(writer, "ERROR", _status(410, "Expired", "too old resource version"))
             await self._end(writer)
@@ -491,6 +536,22 @@ class FakeKube:
         data = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         await writer.drain()
+
+    async def _huge_line(self, writer: asyncio.StreamWriter, node: str) -> None:
+        """One MODIFIED event about ``watch_line_bytes`` long, written 1 MiB at a time."""
+        obj = api_pod("huge", node)
+        obj["metadata"]["annotations"] = {"pad": "@PAD@"}
+        head, tail = json.dumps({"type": "MODIFIED", "object": obj}).split("@PAD@")
+        pieces = [head.encode()]
+        left = self.watch_line_bytes
+        while left > 0:
+            pieces.append(b"x" * min(left, 1 << 20))
+            left -= len(pieces[-1])
+        pieces.append(tail.encode() + b"\n")
+        for data in pieces:
+            writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            await writer.drain()
+            self.huge_bytes_sent += len(data)
 
     async def _end(self, writer: asyncio.StreamWriter) -> None:
         writer.write(b"0\r\n\r\n")
