@@ -43,7 +43,7 @@ def refusals(metrics: Metrics, reason: str) -> float:
     return sample(metrics, "nri_plrm_pod_cache_refusals_total", reason=reason)
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+async def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "condition not reached in time"
