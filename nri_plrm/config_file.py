@@ -54,6 +54,7 @@ from nri_plrm.config import (
     clip,
     format_value,
 )
+from nri_plrm.config_shape import check_depth
 from nri_plrm.config_values import (
     INVALID,
     Reader,
@@ -82,12 +83,18 @@ def load_config(path: str | Path) -> Config:
     or device at the path is refused without blocking (opened with ``O_NONBLOCK``).
     """
     p = Path(path)
+    return config_from_data(read_toml(p), str(p))
+
+
+def read_toml(p: Path) -> dict[str, Any]:
+    """The TOML document of the configuration file ``p``, not yet validated (see
+    :func:`load_config` for which files are read); raises ConfigError naming ``p``."""
     raw = read_config_bytes(p)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError([f"{p}: not valid UTF-8: {exc.reason}"]) from exc
-    return parse_config(text, str(p))
+    return parse_toml(text, str(p))
 
 
 def read_config_bytes(p: Path) -> bytes:
@@ -124,15 +131,26 @@ def read_config_bytes(p: Path) -> bytes:
 
 def parse_config(text: str, source: str = "<string>") -> Config:
     """Parse and validate TOML text; raises ConfigError listing every problem."""
+    return config_from_data(parse_toml(text, source), source)
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """The TOML document of ``text``; raises ConfigError naming ``source``.
+
+    A text nesting deeper than :data:`~nri_plrm.config_shape.MAX_KEY_DEPTH` is refused before it
+    is parsed (:func:`~nri_plrm.config_shape.check_depth`): the parser's time and memory grow
+    with the square of a key's depth."""
+    check_depth(text, source)
     try:
-        data = tomllib.loads(text)
-        return _Parser(source).parse(data)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
-    except RecursionError as exc:
-        raise ConfigError(
-            [f"{source}: not valid TOML: arrays or tables nested too deeply to read"]
-        ) from exc
+
+
+def config_from_data(data: Mapping[str, Any], source: str) -> Config:
+    """Validate a parsed TOML document read from ``source``; raises ConfigError listing every
+    problem."""
+    return _Parser(source).parse(data)
 
 
 _T = TypeVar("_T")
