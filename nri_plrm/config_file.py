@@ -162,9 +162,22 @@ class _Parser:
     def __init__(self, source: str) -> None:
         self.source = source
         self.errors: list[str] = []
+        self.unknown_names: list[tuple[str, str, Collection[str]]] = []
+        """Errors about an unknown name: the error, the name and the names it could have meant;
+        the did-you-mean hint is looked up only for the errors listed (at most MAX_ERRORS, when
+        a file may hold a hundred thousand unknown keys)."""
 
-    def error(self, key: str, value: object, rule: str) -> None:
-        self.errors.append(f"{clip(key)}: {format_value(value)}: {rule}")
+    def error(
+        self, key: str, value: object, rule: str, *, unknown: tuple[str, Collection[str]] = ("", ())
+    ) -> None:
+        """Record ``key: value: rule``; ``unknown``: the unknown name and the known names, for a
+        did-you-mean hint after the rule."""
+        text = f"{clip(key)}: {format_value(value)}: {rule}"
+        name, known = unknown
+        if known:
+            self.unknown_names.append((text, name, known))
+        else:
+            self.errors.append(text)
 
     def parse(self, data: Mapping[str, Any]) -> Config:
         names = [f.name for f in dataclasses.fields(Config) if f.name != "source"]
@@ -198,16 +211,23 @@ class _Parser:
                 "this long for a pod missing from the API cache and must still answer within "
                 "the runtime's request budget",
             )
-        if self.errors:
-            errors = sorted(self.errors, key=self._order(names))
-            if len(errors) > MAX_ERRORS:
-                more = len(errors) - MAX_ERRORS + 1
-                errors = [
-                    *errors[: MAX_ERRORS - 1],
-                    f"{clip(self.source)}: {more} more errors not listed",
-                ]
-            raise ConfigError(errors)
+        if self.errors or self.unknown_names:
+            raise ConfigError(self._listed(names))
         return config
+
+    def _listed(self, names: list[str]) -> list[str]:
+        """The errors in order, at most MAX_ERRORS lines, the last counting the rest."""
+        order = self._order(names)
+        found = [(error, "", ()) for error in self.errors] + self.unknown_names
+        found.sort(key=lambda entry: order(entry[0]))
+        listed = found if len(found) <= MAX_ERRORS else found[: MAX_ERRORS - 1]
+        errors = [
+            error + (did_you_mean(name, known) if known else "") for error, name, known in listed
+        ]
+        if len(found) > MAX_ERRORS:
+            more = len(found) - MAX_ERRORS + 1
+            errors.append(f"{clip(self.source)}: {more} more errors not listed")
+        return errors
 
     @staticmethod
     def _order(names: list[str]) -> Callable[[str], tuple[int, str]]:
@@ -232,7 +252,7 @@ class _Parser:
             if key in known:
                 continue
             path = f"{prefix}.{key}" if prefix else key
-            self.error(path, value, f"unknown key{did_you_mean(key, known)}")
+            self.error(path, value, "unknown key", unknown=(key, known))
 
     def _table(
         self,
@@ -362,8 +382,8 @@ class _Parser:
             try:
                 field_name, option = parse_policy_option(name, value)
             except TopologyManagerConfigError as err:
-                hint = "" if name in TM_OPTIONS else did_you_mean(name, TM_OPTIONS)
-                self.error(key, value, f"{clip(str(err))}{hint}")
+                near = (name, ()) if name in TM_OPTIONS else (name, TM_OPTIONS)
+                self.error(key, value, clip(str(err)), unknown=near)
                 continue
             parsed[field_name] = option
         return dataclasses.replace(settings, **parsed)
@@ -400,8 +420,12 @@ class _Parser:
             key = f"cpu_manager.options.{name}"
             maturity = OPTION_MATURITY.get(name)
             if maturity is None:
-                hint = did_you_mean(name, OPTION_MATURITY)
-                self.error(key, value, f"unknown CPU Manager Policy option: {go_quote(name)}{hint}")
+                self.error(
+                    key,
+                    value,
+                    f"unknown CPU Manager Policy option: {go_quote(name)}",
+                    unknown=(name, OPTION_MATURITY),
+                )
                 continue
             try:
                 parsed = parse_option_value(name, value)
