@@ -30,11 +30,19 @@ _WS = re.compile(r"[ \t]*")
 _BLANK = re.compile(r"(?:[ \t]|\r?\n|#[^\n]*)*")
 """Whitespace, newlines and comments: what may separate the values of an array."""
 _END_OF_LINE = re.compile(r"[ \t]*(?:#[^\n]*)?(?:\r?\n|\Z)")
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _BASIC = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"')
 _LITERAL = re.compile(r"'[^'\n]*'")
+_KEY_PART = re.compile(rf"[A-Za-z0-9_-]+|{_BASIC.pattern}|{_LITERAL.pattern}")
+"""A bare or quoted key part."""
+_KEY = re.compile(rf"[ \t]*(?:{_KEY_PART.pattern})(?:[ \t]*\.[ \t]*(?:{_KEY_PART.pattern}))*[ \t]*")
+"""A dotted key and the whitespace around it."""
 _SCALAR = re.compile(r"[0-9A-Za-z_:.+-]+")
 """Numbers, booleans, dates and times (a date's space before its time is read as two)."""
+_PLAIN_LINE = re.compile(
+    rf"(?P<key>{_KEY.pattern})=[ \t]*(?:{_SCALAR.pattern}|{_BASIC.pattern}|{_LITERAL.pattern})"
+    rf"{_END_OF_LINE.pattern}"
+)
+"""The usual line, ``key = value`` with a scalar or one-line string: read in one match."""
 _ML_BASIC_STOP = re.compile(r'[\\"]')
 _ESCAPE = re.compile(r"\\(u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|.)")
 _ESCAPES = {
@@ -140,16 +148,20 @@ class _Scanner:
                 if self.pos >= len(text):
                     complete = True
                     break
-                if text[self.pos] == "[":
+                plain = _PLAIN_LINE.match(text, self.pos)
+                if plain is not None:
+                    self._plain_line(plain)
+                elif text[self.pos] == "[":
                     self._header()
                 else:
                     self._key_value()
                 if self.deepest > self.limit:
                     break
-                end = _END_OF_LINE.match(text, self.pos)
-                if end is None:
-                    raise _NotTOML
-                self.pos = end.end()
+                if plain is None:
+                    end = _END_OF_LINE.match(text, self.pos)
+                    if end is None:
+                        raise _NotTOML
+                    self.pos = end.end()
         except _NotTOML:
             pass
         if not self.deepest:
@@ -176,6 +188,13 @@ class _Scanner:
         self.table_depth = depth
         self._record(depth, start, in_value=False)
 
+    def _plain_line(self, line: re.Match[str]) -> None:
+        depth = self.table_depth + len(_KEY_PART.findall(line.group("key")))
+        if depth > self.deepest:
+            self.statement_key = f"key {line.group('key').strip()}"
+            self._record(depth, self.pos, in_value=False)
+        self.pos = line.end()
+
     def _key_value(self) -> None:
         start = self.pos
         parts = self._key()
@@ -188,20 +207,11 @@ class _Scanner:
 
     def _key(self) -> list[str]:
         """The parts of a dotted key (as written), whitespace around each dot skipped."""
-        text = self.text
-        parts: list[str] = []
-        while True:
-            self.pos = _WS.match(text, self.pos).end()  # type: ignore[union-attr]
-            char = text[self.pos : self.pos + 1]
-            pattern = _BASIC if char == '"' else _LITERAL if char == "'" else _BARE_KEY
-            part = pattern.match(text, self.pos)
-            if part is None:
-                raise _NotTOML
-            parts.append(part.group())
-            self.pos = _WS.match(text, part.end()).end()  # type: ignore[union-attr]
-            if not text.startswith(".", self.pos):
-                return parts
-            self.pos += 1
+        key = _KEY.match(self.text, self.pos)
+        if key is None:
+            raise _NotTOML
+        self.pos = key.end()
+        return _KEY_PART.findall(key.group())
 
     def _equals(self) -> None:
         if not self.text.startswith("=", self.pos):
