@@ -34,15 +34,20 @@ _BASIC = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"')
 _LITERAL = re.compile(r"'[^'\n]*'")
 _KEY_PART = re.compile(rf"[A-Za-z0-9_-]+|{_BASIC.pattern}|{_LITERAL.pattern}")
 """A bare or quoted key part."""
-_KEY = re.compile(rf"[ \t]*(?:{_KEY_PART.pattern})(?:[ \t]*\.[ \t]*(?:{_KEY_PART.pattern}))*[ \t]*")
-"""A dotted key and the whitespace around it."""
+_DOTTED = rf"(?:[ \t]*\.[ \t]*(?:{_KEY_PART.pattern}))"
+_KEY_RUN = re.compile(rf"[ \t]*(?:{_KEY_PART.pattern}){_DOTTED}{{0,63}}[ \t]*")
+"""The first 64 parts of a dotted key, with the whitespace around them."""
+_KEY_MORE = re.compile(rf"\.[ \t]*(?:{_KEY_PART.pattern}){_DOTTED}{{0,63}}[ \t]*")
+"""The next 64 parts of a longer key: one regular expression call never holds the interpreter
+(and the event loop beside it) for long, whatever the key's length."""
 _SCALAR = re.compile(r"[0-9A-Za-z_:.+-]+")
 """Numbers, booleans, dates and times (a date's space before its time is read as two)."""
 _PLAIN_LINE = re.compile(
-    rf"(?P<key>{_KEY.pattern})=[ \t]*(?:{_SCALAR.pattern}|{_BASIC.pattern}|{_LITERAL.pattern})"
-    rf"{_END_OF_LINE.pattern}"
+    rf"(?P<key>[ \t]*(?:{_KEY_PART.pattern}){_DOTTED}{{0,{MAX_KEY_DEPTH}}}[ \t]*)="
+    rf"[ \t]*(?:{_SCALAR.pattern}|{_BASIC.pattern}|{_LITERAL.pattern}){_END_OF_LINE.pattern}"
 )
-"""The usual line, ``key = value`` with a scalar or one-line string: read in one match."""
+"""The usual line, ``key = value`` with a scalar or one-line string and a key of at most 33
+parts: read in one match."""
 _ML_BASIC_STOP = re.compile(r'[\\"]')
 _ESCAPE = re.compile(r"\\(u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|.)")
 _ESCAPES = {
@@ -207,11 +212,15 @@ class _Scanner:
 
     def _key(self) -> list[str]:
         """The parts of a dotted key (as written), whitespace around each dot skipped."""
-        key = _KEY.match(self.text, self.pos)
-        if key is None:
+        run = _KEY_RUN.match(self.text, self.pos)
+        if run is None:
             raise _NotTOML
-        self.pos = key.end()
-        return _KEY_PART.findall(key.group())
+        parts = _KEY_PART.findall(run.group())
+        while more := _KEY_MORE.match(self.text, run.end()):
+            parts += _KEY_PART.findall(more.group())
+            run = more
+        self.pos = run.end()
+        return parts
 
     def _equals(self) -> None:
         if not self.text.startswith("=", self.pos):

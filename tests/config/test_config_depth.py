@@ -32,13 +32,17 @@ HOSTILE_DOTTED_KEY = "a" + ".a" * 59_999 + " = 1\n"
 """The reported file: 120 KB, one key 60,000 levels deep."""
 
 
-def document_depth(value: object, depth: int = 0) -> int:
+def document_depth(document: object) -> int:
     """The longest key path (keys and array indexes) of a parsed document."""
-    if isinstance(value, dict):
-        return max((document_depth(v, depth + 1) for v in value.values()), default=depth)
-    if isinstance(value, list):
-        return max((document_depth(v, depth + 1) for v in value), default=depth)
-    return depth
+    deepest, pending = 0, [(document, 0)]
+    while pending:
+        value, depth = pending.pop()
+        deepest = max(deepest, depth)
+        if isinstance(value, dict):
+            pending += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            pending += [(v, depth + 1) for v in value]
+    return deepest
 
 
 def repository_tomls() -> list[tuple[str, str]]:
@@ -270,3 +274,21 @@ def test_the_scan_agrees_with_the_parser_on_any_text_it_accepts(text: str) -> No
     shape = measure(text)
     assert shape.complete, text
     assert (shape.deepest.depth if shape.deepest else 0) == document_depth(document), text
+
+
+@pytest.mark.parametrize("parts", [31, 32, 33, 63, 64, 65, 128, 129, 500])
+@pytest.mark.parametrize("line", ["key", "header", "nested"])
+def test_long_keys_are_counted_whole(parts: int, line: str) -> None:
+    """Keys are read 64 parts at a time (no single long regular expression call): every part
+    counts, whatever its spelling and the whitespace around its dots."""
+    spellings = ["a", '"b.c"', "'d[e]'", "f"]
+    separators = [".", " . ", "\t.", ". "]
+    key = spellings[0] + "".join(separators[i % 4] + spellings[i % 4] for i in range(1, parts))
+    text = {
+        "key": f"{key} = 1\n",
+        "header": f"[{key}]\n",
+        "nested": f"x = {{ {key} = [1] }}\n",
+    }[line]
+    expected = document_depth(tomllib.loads(text))
+    assert expected == {"key": parts, "header": parts, "nested": parts + 2}[line]
+    assert measure(text).deepest.depth == expected  # type: ignore[union-attr]
