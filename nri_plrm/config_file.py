@@ -54,6 +54,7 @@ from nri_plrm.config import (
     clip,
     format_value,
 )
+from nri_plrm.config_shape import check_depth
 from nri_plrm.config_values import (
     INVALID,
     Reader,
@@ -82,12 +83,18 @@ def load_config(path: str | Path) -> Config:
     or device at the path is refused without blocking (opened with ``O_NONBLOCK``).
     """
     p = Path(path)
+    return config_from_data(read_toml(p), str(p))
+
+
+def read_toml(p: Path) -> dict[str, Any]:
+    """The TOML document of the configuration file ``p``, not yet validated (see
+    :func:`load_config` for which files are read); raises ConfigError naming ``p``."""
     raw = read_config_bytes(p)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError([f"{p}: not valid UTF-8: {exc.reason}"]) from exc
-    return parse_config(text, str(p))
+    return parse_toml(text, str(p))
 
 
 def read_config_bytes(p: Path) -> bytes:
@@ -124,15 +131,26 @@ def read_config_bytes(p: Path) -> bytes:
 
 def parse_config(text: str, source: str = "<string>") -> Config:
     """Parse and validate TOML text; raises ConfigError listing every problem."""
+    return config_from_data(parse_toml(text, source), source)
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """The TOML document of ``text``; raises ConfigError naming ``source``.
+
+    A text nesting deeper than :data:`~nri_plrm.config_shape.MAX_KEY_DEPTH` is refused before it
+    is parsed (:func:`~nri_plrm.config_shape.check_depth`): the parser's time and memory grow
+    with the square of a key's depth."""
+    check_depth(text, source)
     try:
-        data = tomllib.loads(text)
-        return _Parser(source).parse(data)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
-    except RecursionError as exc:
-        raise ConfigError(
-            [f"{source}: not valid TOML: arrays or tables nested too deeply to read"]
-        ) from exc
+
+
+def config_from_data(data: Mapping[str, Any], source: str) -> Config:
+    """Validate a parsed TOML document read from ``source``; raises ConfigError listing every
+    problem."""
+    return _Parser(source).parse(data)
 
 
 _T = TypeVar("_T")
@@ -144,9 +162,22 @@ class _Parser:
     def __init__(self, source: str) -> None:
         self.source = source
         self.errors: list[str] = []
+        self.unknown_names: list[tuple[str, str, Collection[str]]] = []
+        """Errors about an unknown name: the error, the name and the names it could have meant;
+        the did-you-mean hint is looked up only for the errors listed (at most MAX_ERRORS, when
+        a file may hold a hundred thousand unknown keys)."""
 
-    def error(self, key: str, value: object, rule: str) -> None:
-        self.errors.append(f"{clip(key)}: {format_value(value)}: {rule}")
+    def error(
+        self, key: str, value: object, rule: str, *, unknown: tuple[str, Collection[str]] = ("", ())
+    ) -> None:
+        """Record ``key: value: rule``; ``unknown``: the unknown name and the known names, for a
+        did-you-mean hint after the rule."""
+        text = f"{clip(key)}: {format_value(value)}: {rule}"
+        name, known = unknown
+        if known:
+            self.unknown_names.append((text, name, known))
+        else:
+            self.errors.append(text)
 
     def parse(self, data: Mapping[str, Any]) -> Config:
         names = [f.name for f in dataclasses.fields(Config) if f.name != "source"]
@@ -180,16 +211,23 @@ class _Parser:
                 "this long for a pod missing from the API cache and must still answer within "
                 "the runtime's request budget",
             )
-        if self.errors:
-            errors = sorted(self.errors, key=self._order(names))
-            if len(errors) > MAX_ERRORS:
-                more = len(errors) - MAX_ERRORS + 1
-                errors = [
-                    *errors[: MAX_ERRORS - 1],
-                    f"{clip(self.source)}: {more} more errors not listed",
-                ]
-            raise ConfigError(errors)
+        if self.errors or self.unknown_names:
+            raise ConfigError(self._listed(names))
         return config
+
+    def _listed(self, names: list[str]) -> list[str]:
+        """The errors in order, at most MAX_ERRORS lines, the last counting the rest."""
+        order = self._order(names)
+        found = [(error, "", ()) for error in self.errors] + self.unknown_names
+        found.sort(key=lambda entry: order(entry[0]))
+        listed = found if len(found) <= MAX_ERRORS else found[: MAX_ERRORS - 1]
+        errors = [
+            error + (did_you_mean(name, known) if known else "") for error, name, known in listed
+        ]
+        if len(found) > MAX_ERRORS:
+            more = len(found) - MAX_ERRORS + 1
+            errors.append(f"{clip(self.source)}: {more} more errors not listed")
+        return errors
 
     @staticmethod
     def _order(names: list[str]) -> Callable[[str], tuple[int, str]]:
@@ -214,7 +252,7 @@ class _Parser:
             if key in known:
                 continue
             path = f"{prefix}.{key}" if prefix else key
-            self.error(path, value, f"unknown key{did_you_mean(key, known)}")
+            self.error(path, value, "unknown key", unknown=(key, known))
 
     def _table(
         self,
@@ -344,8 +382,8 @@ class _Parser:
             try:
                 field_name, option = parse_policy_option(name, value)
             except TopologyManagerConfigError as err:
-                hint = "" if name in TM_OPTIONS else did_you_mean(name, TM_OPTIONS)
-                self.error(key, value, f"{clip(str(err))}{hint}")
+                near = (name, ()) if name in TM_OPTIONS else (name, TM_OPTIONS)
+                self.error(key, value, clip(str(err)), unknown=near)
                 continue
             parsed[field_name] = option
         return dataclasses.replace(settings, **parsed)
@@ -382,8 +420,12 @@ class _Parser:
             key = f"cpu_manager.options.{name}"
             maturity = OPTION_MATURITY.get(name)
             if maturity is None:
-                hint = did_you_mean(name, OPTION_MATURITY)
-                self.error(key, value, f"unknown CPU Manager Policy option: {go_quote(name)}{hint}")
+                self.error(
+                    key,
+                    value,
+                    f"unknown CPU Manager Policy option: {go_quote(name)}",
+                    unknown=(name, OPTION_MATURITY),
+                )
                 continue
             try:
                 parsed = parse_option_value(name, value)

@@ -5,7 +5,8 @@ kubelet-conflict check, engine, checkpoint restore, metrics HTTP server, PodReso
 the Kubernetes API pod cache and event recorder (``[kubernetes] enabled``), NRI stub; once first
 registered, the CPU hotplug watcher (``nri_plrm.topology.hotplug.monitor``, when the kernel's
 uevent socket can be opened). ``SIGTERM``/``SIGINT`` stop cleanly; ``SIGHUP`` re-reads the
-configuration file in a worker thread (the loop keeps serving) and applies ``[log]`` changes live
+configuration file in a thread of its own, in bounded time, one read at a time, never delaying
+the exit (``nri_plrm.config_reload``; the loop keeps serving) and applies ``[log]`` changes live
 (every other change is logged as needing a restart; a bad file keeps the running configuration).
 ``on_ready`` is called each time the plugin is registered and synchronized with the runtime
 (systemd ``READY=1`` by default); a lost connection is reported as systemd ``STATUS=``.
@@ -40,6 +41,7 @@ from nri_plrm.config import (
     validate_for_topology,
 )
 from nri_plrm.config_file import load_config
+from nri_plrm.config_reload import ConfigReader, ReloadTimeout
 from nri_plrm.cri_updates import CRIUpdater
 from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
@@ -263,12 +265,13 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
     state = {"config": config}
 
     reloading: list[asyncio.Task[None]] = []
+    reader = ConfigReader()
 
     async def reload() -> None:
         source = state["config"].source
         try:
-            new = await asyncio.wait_for(asyncio.to_thread(load_config, source), RELOAD_TIMEOUT)
-        except asyncio.TimeoutError:
+            new = await reader.load(source, RELOAD_TIMEOUT)
+        except ReloadTimeout:
             log.error(
                 "SIGHUP: keeping the running configuration, reading %s took longer than %g s",
                 source,
@@ -287,9 +290,10 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
         state["config"] = new
 
     def on_sighup() -> None:
-        # The file is read and parsed in a worker thread: the event loop keeps answering
-        # containerd while a slow or hostile file is read.
-        if reloading and not reloading[-1].done():
+        # The file is read by the reader's thread, in bounded time (nri_plrm.config_reload):
+        # the event loop keeps answering containerd meanwhile, one reader runs at a time, and
+        # SIGTERM does not wait for it.
+        if reader.busy or (reloading and not reloading[-1].done()):
             log.warning("SIGHUP: a reload is still running; this one is ignored")
             return
         reloading[:] = [loop.create_task(reload())]
