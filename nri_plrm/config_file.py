@@ -144,6 +144,8 @@ class _Parser:
     def __init__(self, source: str) -> None:
         self.source = source
         self.errors: list[str] = []
+        self.unknown: set[str] = set()
+        """The errors that are unknown keys: listed after every other error."""
 
     def error(self, key: str, value: object, rule: str) -> None:
         self.errors.append(f"{clip(key)}: {format_value(value)}: {rule}")
@@ -181,7 +183,7 @@ class _Parser:
                 "the runtime's request budget",
             )
         if self.errors:
-            errors = sorted(self.errors, key=self._order(names))
+            errors = sorted(self.errors, key=self._order(names, self.unknown))
             if len(errors) > MAX_ERRORS:
                 more = len(errors) - MAX_ERRORS + 1
                 errors = [
@@ -192,13 +194,16 @@ class _Parser:
         return config
 
     @staticmethod
-    def _order(names: list[str]) -> Callable[[str], tuple[int, str]]:
-        """Errors sorted by table (in documented order), then by key path."""
+    def _order(
+        names: list[str], unknown: Collection[str]
+    ) -> Callable[[str], tuple[bool, int, str]]:
+        """Errors sorted with unknown keys last (a real error must not hide behind many of
+        them under the cap), then by table (in documented order), then by key path."""
         rank = {name: i for i, name in enumerate(names)}
 
-        def key(error: str) -> tuple[int, str]:
+        def key(error: str) -> tuple[bool, int, str]:
             table = error.split(".", 1)[0].split(":", 1)[0]
-            return rank.get(table, -1), error
+            return error in unknown, rank.get(table, -1), error
 
         return key
 
@@ -215,6 +220,7 @@ class _Parser:
                 continue
             path = f"{prefix}.{key}" if prefix else key
             self.error(path, value, f"unknown key{did_you_mean(key, known)}")
+            self.unknown.add(self.errors[-1])
 
     def _table(
         self,

@@ -31,7 +31,7 @@ from nri_plrm.ledger.view import PodResourcesView, reported_containers
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.proto import podresources_api_pb2 as pb
-from nri_plrm.quantity import format_bytes
+from nri_plrm.quantity import format_bytes_human
 from nri_plrm.topology.model import Topology
 
 
@@ -165,7 +165,7 @@ def _ids(values: list[int]) -> str:
 def _mem_text(blocks: list[dict[str, Any]]) -> str:
     return (
         " ".join(
-            f"{b['memory_type']}={format_bytes(b['size'])}@{','.join(map(str, b['numa']))}"
+            f"{b['memory_type']}={format_bytes_human(b['size'])}@{','.join(map(str, b['numa']))}"
             for b in blocks
         )
         or "-"
