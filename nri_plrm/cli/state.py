@@ -69,7 +69,10 @@ def from_checkpoint(directory: str, topology: Topology, config: Config) -> dict[
             f"{os.path.join(directory, STATE_FILE)}: does not fit this machine and "
             f"configuration: {exc}"
         ) from exc
-    generation, records, damaged = DecisionJournal(directory).read(quarantine=False)
+    try:
+        generation, records, damaged = DecisionJournal(directory).read(quarantine=False)
+    except CheckpointError as exc:  # a journal of a newer format
+        raise StateError(str(exc)) from exc
     if damaged is not None:
         raise StateError(f"{damaged}; the running plugin sets it aside and re-synchronizes")
     ledger.replay_journal(generation, records)
