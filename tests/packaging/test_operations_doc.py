@@ -210,3 +210,13 @@ def test_downgrade_refusal_points_to_this_guide() -> None:
     assert "\n## Rollback and downgrade\n" in GUIDE.read_text()
     quoted = " ".join(GUIDE.read_text().split("\n## Rollback and downgrade\n", 1)[1].split())
     assert " ".join(message.split(" aside ")[0].split()) in quoted
+
+
+def test_troubleshooting_quotes_the_refusals() -> None:
+    from nri_plrm.cli.run import missing_config_hint
+
+    text = " ".join((REPO / "docs" / "troubleshooting.md").read_text().split())
+    refusal = str(NewerFormatError("checkpoint", Path(STATE_DIR) / "state.json", 7, 3))
+    quoted = refusal.split(" (a newer")[0].replace("7", "N").replace("3", "M")
+    assert f"not starting: state directory {STATE_DIR}: {quoted}" in text
+    assert missing_config_hint("/etc/nri-plrm/config.toml").split(" (every")[0] in text
