@@ -219,7 +219,7 @@ class _Parser:
         """The errors in order, at most MAX_ERRORS lines, the last counting the rest."""
         order = self._order(names)
         found = [(error, "", ()) for error in self.errors] + self.unknown_names
-        found.sort(key=lambda entry: order(entry[0]))
+        found.sort(key=lambda entry: (bool(entry[2]), order(entry[0])))
         listed = found if len(found) <= MAX_ERRORS else found[: MAX_ERRORS - 1]
         errors = [
             error + (did_you_mean(name, known) if known else "") for error, name, known in listed
@@ -231,7 +231,9 @@ class _Parser:
 
     @staticmethod
     def _order(names: list[str]) -> Callable[[str], tuple[int, str]]:
-        """Errors sorted by table (in documented order), then by key path."""
+        """Errors by table (in documented order), then by key path; :meth:`_listed` puts
+        unknown keys after every other error (a real error must not hide behind many of them
+        under the cap)."""
         rank = {name: i for i, name in enumerate(names)}
 
         def key(error: str) -> tuple[int, str]:

@@ -21,9 +21,13 @@ from typing import Any
 
 from nri_plrm.checkpoint.atomic import move_aside, open_at, open_dir, write_at
 from nri_plrm.checkpoint.flusher import Flusher, SyncTarget
+from nri_plrm.checkpoint.store import NewerFormatError
 
 JOURNAL_FILE = "journal.jsonl"
 """File name of the journal inside the state directory."""
+JOURNAL_FORMAT = 1
+"""The journal format this code writes (the header's ``format``; a header without one is 1).
+A journal of a newer format is refused (:class:`NewerFormatError`), never misread."""
 
 Record = dict[str, Any]
 """One journal record (a decision's inputs, replayable through the engine)."""
@@ -37,7 +41,8 @@ class DecisionJournal:
     """Append-only, checksummed log of the decisions made since the last full checkpoint.
 
     One line per record: ``<crc32 hex> <canonical JSON>``. The first record is a header
-    ``{"generation": g}`` naming the checkpoint generation the records apply to. A torn last
+    ``{"format": f, "generation": g}`` naming the journal format (:data:`JOURNAL_FORMAT`) and
+    the checkpoint generation the records apply to. A torn last
     line (crash mid-write, never acknowledged) is ignored; a bad line before it means the file
     was damaged: it is moved aside as ``journal.jsonl.corrupt-<n>`` and reported. Files are
     opened relative to the state directory without following symlinks (mode 0600).
@@ -84,7 +89,8 @@ class DecisionJournal:
         the intact records in order, and what is wrong with the file (None when intact).
 
         A damaged file is moved aside unless ``quarantine`` is False (read-only inspection,
-        ``nri-plrm state``), in which case it is left where it is."""
+        ``nri-plrm state``), in which case it is left where it is. A journal of a newer format
+        raises :class:`NewerFormatError` and is left where it is."""
         dfd = open_dir(self.directory, 0o700)
         try:
             try:
@@ -107,6 +113,11 @@ class DecisionJournal:
                     record = self.decode(line)
                     if number == 1:
                         generation = int(record["generation"])
+                        found = record.get("format", 1)
+                        if not isinstance(found, int) or isinstance(found, bool) or found < 1:
+                            raise ValueError(f"format {found!r}, must be an integer >= 1")
+                        if found > JOURNAL_FORMAT:
+                            raise NewerFormatError("journal", self.path, found, JOURNAL_FORMAT)
                         continue
                 except (ValueError, KeyError, TypeError) as exc:
                     kept = self._set_aside(dfd, quarantine)
@@ -126,7 +137,8 @@ class DecisionJournal:
         decisions made after that checkpoint's state was taken), atomically; the flusher makes
         the new file and its name durable in the background."""
         self._release(sync=False)  # the old file is replaced: its pending sync is moot
-        contents = b"".join([self.encode({"generation": generation}), *map(self.encode, records)])
+        header = self.encode({"format": JOURNAL_FORMAT, "generation": generation})
+        contents = b"".join([header, *map(self.encode, records)])
         try:
             dfd = open_dir(self.directory, 0o700)
             try:

@@ -7,8 +7,12 @@ Layout (``state.json``)::
 Rules, learned from the kubelet's checkpoint history (V3 broke older readers, V4 fixed it):
 
 - Readers ignore top-level fields they do not know, and the checksum covers ``data`` exactly as
-  stored, so an older plugin can read a file a newer one wrote (it hands the newer ``data`` to its
-  caller, who ignores unknown keys there too).
+  stored, so an older plugin can read a file a newer one of the same ``version`` wrote (it hands
+  the newer ``data`` to its caller, who ignores unknown keys there too). Additions older readers
+  can ignore keep the version; a change they would misread raises :data:`CURRENT_VERSION` (with
+  a migration), and a reader refuses a version newer than its own (:class:`NewerFormatError`,
+  the plugin does not start) rather than misread it: the file is left in place for the newer
+  plugin (docs/operations.md, "Rollback and downgrade").
 - Files of an older version are migrated forward in memory, one step at a time, through the
   registered migrations (``MIGRATIONS[n]`` turns version ``n`` data into version ``n + 1``). The
   file on disk is left as it is until the next :meth:`CheckpointStore.save`, which first keeps a
@@ -64,6 +68,23 @@ _MAX_FILE_BYTES = 256 * 1024 * 1024
 
 class CheckpointError(Exception):
     """The state directory or file cannot be used safely (names the path and the rule)."""
+
+
+class NewerFormatError(CheckpointError):
+    """A state file (checkpoint or journal) written in a format version newer than this code
+    reads: refused, never misread, and left in place for the version that wrote it."""
+
+    def __init__(self, what: str, path: Path, found: int, supported: int) -> None:
+        super().__init__(
+            f"{what} {path}: format version {found}, newer than the version {supported} this "
+            "nri-plrm reads (a newer nri-plrm wrote it); nothing was changed. Run the newer "
+            "version again, or, to downgrade, drain the node, stop the plugin and move "
+            f"{path.parent} aside so this version starts empty and adopts the running "
+            'containers (docs/operations.md, "Rollback and downgrade")'
+        )
+        self.path = path
+        self.found = found
+        self.supported = supported
 
 
 @dataclass(frozen=True)
@@ -234,7 +255,8 @@ class CheckpointStore:
         """Read, verify and migrate the state file.
 
         Returns ``LoadResult(None)`` when there is no file. An unusable file is moved aside and
-        reported in ``problem``. Raises CheckpointError only when the directory itself is unsafe.
+        reported in ``problem``. Raises CheckpointError when the directory itself is unsafe, and
+        :class:`NewerFormatError` (the file left in place) for a version newer than this one.
         """
         dfd = self._open_dir()
         try:
@@ -246,6 +268,7 @@ class CheckpointStore:
                 return LoadResult(None)
             try:
                 found, data = self._decode(raw)
+                self._refuse_newer(found)
                 migrated_data = self._migrate(found, data)
             except _Unusable as bad:
                 return LoadResult(None, self._quarantine(dfd, bad))
@@ -267,7 +290,11 @@ class CheckpointStore:
             raise CheckpointError(f"state directory {self.directory}: cannot open: {exc}") from exc
         try:
             raw = self._read(dfd)
-            return None if raw is None else self._decode(raw)
+            if raw is None:
+                return None
+            found = self._decode(raw)
+            self._refuse_newer(found[0])
+            return found
         except _Unusable as bad:
             raise CheckpointError(bad.message) from bad
         finally:
@@ -442,6 +469,10 @@ class CheckpointStore:
                 f"computed {expected}); the file was changed or damaged",
             )
         return version, data
+
+    def _refuse_newer(self, found: int) -> None:
+        if found > self.version:
+            raise NewerFormatError("checkpoint", self.path, found, self.version)
 
     def _migrate(self, version: int, data: dict[str, Any]) -> dict[str, Any]:
         current = data

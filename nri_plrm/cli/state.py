@@ -31,7 +31,7 @@ from nri_plrm.ledger.view import PodResourcesView, reported_containers
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.proto import podresources_api_pb2 as pb
-from nri_plrm.quantity import format_bytes
+from nri_plrm.quantity import format_bytes_human
 from nri_plrm.topology.model import Topology
 
 
@@ -69,7 +69,10 @@ def from_checkpoint(directory: str, topology: Topology, config: Config) -> dict[
             f"{os.path.join(directory, STATE_FILE)}: does not fit this machine and "
             f"configuration: {exc}"
         ) from exc
-    generation, records, damaged = DecisionJournal(directory).read(quarantine=False)
+    try:
+        generation, records, damaged = DecisionJournal(directory).read(quarantine=False)
+    except CheckpointError as exc:  # a journal of a newer format
+        raise StateError(str(exc)) from exc
     if damaged is not None:
         raise StateError(f"{damaged}; the running plugin sets it aside and re-synchronizes")
     ledger.replay_journal(generation, records)
@@ -165,7 +168,7 @@ def _ids(values: list[int]) -> str:
 def _mem_text(blocks: list[dict[str, Any]]) -> str:
     return (
         " ".join(
-            f"{b['memory_type']}={format_bytes(b['size'])}@{','.join(map(str, b['numa']))}"
+            f"{b['memory_type']}={format_bytes_human(b['size'])}@{','.join(map(str, b['numa']))}"
             for b in blocks
         )
         or "-"

@@ -24,6 +24,7 @@ from typing import Any
 from nri_plrm.config import Config, ConfigError
 from nri_plrm.config_file import read_config_bytes
 from nri_plrm.doctor.containerd_version import ContainerdVersion
+from nri_plrm.doctor.docs import doc_ref
 from nri_plrm.doctor.result import Check, fail, ok, warn
 
 if sys.version_info >= (3, 11):
@@ -54,7 +55,7 @@ RUNC_OPTIONS = {
     3: ("io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"),
     2: ("io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
 }
-INSTALL_STEP_1 = "docs/install.md, step 1"
+INSTALL_STEP_1 = doc_ref("install.md", "step 1")
 
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_SECONDS = {

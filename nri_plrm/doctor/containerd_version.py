@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from nri_plrm.doctor.docs import doc_ref
 from nri_plrm.doctor.result import Check, fail, ok, warn
 
 AREA = "containerd"
@@ -166,6 +167,6 @@ def check_version(found: ContainerdVersion) -> Check:
             AREA,
             "version",
             f"containerd {found.text}: nri-plrm needs containerd 2.0 or later",
-            "upgrade containerd to 2.0 or later (docs/install.md, requirements)",
+            f"upgrade containerd to 2.0 or later ({doc_ref('install.md', 'requirements')})",
         )
     return ok(AREA, "version", f"containerd {text} running ({found.address})")

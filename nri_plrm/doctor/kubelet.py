@@ -21,13 +21,14 @@ from nri_plrm.checkpoint.kubelet_export import MEMORY_MANAGER_STATE_FILE
 from nri_plrm.config import Config, ConfigError
 from nri_plrm.config_file import read_config_bytes
 from nri_plrm.cpuset import CPUSet, CPUSetError
+from nri_plrm.doctor.docs import doc_ref
 from nri_plrm.doctor.kubelet_process import FLAG_KEYS, KubeletProcess
 from nri_plrm.doctor.result import Check, fail, ok, warn
 from nri_plrm.quantity import QuantityError, format_bytes, memory_bytes
 
 AREA = "kubelet"
 DEFAULT_CONFIG_PATH = "/var/lib/kubelet/config.yaml"
-INSTALL_STEP_2 = "docs/install.md, step 2"
+INSTALL_STEP_2 = doc_ref("install.md", "step 2")
 SWITCH_OFF = (
     "set cpuManagerPolicy: none, memoryManagerPolicy: None and topologyManagerPolicy: none in "
     f"the kubelet configuration, drain the node, remove the kubelet's cpu_manager_state and "

@@ -11,6 +11,7 @@ import socket
 import stat
 
 from nri_plrm.config import Config
+from nri_plrm.doctor.docs import doc_ref
 from nri_plrm.doctor.result import Check, fail, ok, warn
 from nri_plrm.metrics_server import parse_address
 from nri_plrm.podresources.client import PodResourcesClient
@@ -18,7 +19,10 @@ from nri_plrm.podresources.client import PodResourcesClient
 AREA = "plugin"
 PROBE_TIMEOUT = 2.0
 """Seconds each probe (HTTP, gRPC) may take."""
-START = "start the plugin (`systemctl start nri-plrm`, or the DaemonSet, docs/install.md step 3)"
+START = (
+    "start the plugin (`systemctl start nri-plrm`, or the DaemonSet, "
+    f"{doc_ref('install.md', 'step 3')})"
+)
 
 
 def check_healthz(config: Config, timeout: float = PROBE_TIMEOUT) -> Check:
@@ -60,7 +64,7 @@ def check_healthz(config: Config, timeout: float = PROBE_TIMEOUT) -> Check:
         "registered",
         f"{url}: {status} {body}",
         "the plugin runs but is not registered: check the NRI checks above and "
-        "`journalctl -u nri-plrm` (docs/troubleshooting.md)",
+        f"`journalctl -u nri-plrm` ({doc_ref('troubleshooting.md')})",
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from nri_plrm.config import Config, ConfigError, startup_warnings, validate_for_topology
 from nri_plrm.config_file import load_config
+from nri_plrm.doctor.docs import doc_ref
 from nri_plrm.doctor.result import Check, fail, ok, warn
 from nri_plrm.safepaths import host_problems
 from nri_plrm.topology.model import Topology, TopologyError
@@ -125,8 +126,9 @@ def check_plugin_paths(pc: PluginConfig) -> Check:
             CONFIG_AREA,
             "paths",
             "; ".join(problems),
-            f"move the paths named in {pc.config.source} (docs/config.md, checks against the "
-            "host); the plugin refuses to start with them",
+            f"move the paths named in {pc.config.source} "
+            f"({doc_ref('config.md', 'checks against the host')}); "
+            "the plugin refuses to start with them",
         )
     return ok(
         CONFIG_AREA,
@@ -190,7 +192,7 @@ def check_config_on_machine(pc: PluginConfig, topology: Topology) -> Check:
             CONFIG_AREA,
             "on-this-machine",
             "; ".join(warnings),
-            f"set [topology_manager] policy in {pc.config.source} (docs/config.md)",
+            f"set [topology_manager] policy in {pc.config.source} ({doc_ref('config.md')})",
         )
     subject = pc.path if pc.found else "the built-in defaults"
     return ok(

@@ -34,6 +34,7 @@ die() { echo "build.sh: $*" >&2; exit 1; }
     || die "--python $python: has no venv/ensurepip module (Debian: apt-get install python3-venv)"
 command -v dpkg-deb >/dev/null || die "dpkg-deb: not found (Debian: apt-get install dpkg)"
 [ -f "$repo/packaging/config.toml" ] || die "packaging/config.toml: missing (the default config)"
+[ -f "$repo/packaging/grafana/nri-plrm.json" ] || die "packaging/grafana/nri-plrm.json: missing"
 compgen -G "$repo/examples/*.yaml" >/dev/null \
     || die "examples/: no *.yaml files (the package ships the seed examples)"
 
@@ -93,14 +94,15 @@ install -m 0644 "$repo"/examples/*.yaml "$root/usr/share/nri-plrm/examples/"
 for extra in "$repo"/examples/*.toml "$repo"/examples/README.md; do
     [ -e "$extra" ] && install -m 0644 "$extra" "$root/usr/share/nri-plrm/examples/"
 done
-if compgen -G "$repo/packaging/grafana/*.json" >/dev/null; then
-    install -d "$root/usr/share/nri-plrm/grafana"
-    install -m 0644 "$repo"/packaging/grafana/*.json "$root/usr/share/nri-plrm/grafana/"
-fi
+# The Grafana dashboard (docs/operations.md, "The dashboard, panel by panel").
+install -D -m 0644 "$repo/packaging/grafana/nri-plrm.json" \
+    "$root/usr/share/nri-plrm/grafana/nri-plrm.json"
 doc="$root/usr/share/doc/nri-plrm"
 install -d "$doc"
 install -m 0644 "$here/copyright" "$doc/copyright"
 install -m 0644 "$repo/README.md" "$doc/README.md"
+# The documented example with every default: `nri-plrm run` points here when /etc's is missing.
+install -m 0644 "$repo/packaging/config.toml" "$doc/config.toml"
 for page in "$repo"/docs/*.md; do
     [ -e "$page" ] && install -m 0644 "$page" "$doc/"
 done

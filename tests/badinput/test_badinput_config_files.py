@@ -147,3 +147,16 @@ def test_sighup_with_a_hostile_file_keeps_the_daemon_answering(
             assert await stop_cleanly(proc) == 0
 
     asyncio.run(main())
+
+
+def test_real_errors_are_listed_before_unknown_keys_under_the_cap() -> None:
+    """Issue 31 item 13: 60 unknown keys in [nri] must not push [log]'s bad level past the cap."""
+    typos = "".join(f"typo_{i:02d} = 1\n" for i in range(60))
+    text = f'[nri]\n{typos}[log]\nlevel = "loud"\n'
+    with pytest.raises(ConfigError) as failure:
+        parse_config(text, "typos")
+    errors = failure.value.errors
+    assert len(errors) == MAX_ERRORS
+    assert errors[0].startswith('log.level: "loud": ')
+    assert errors[1].startswith("nri.typo_00: 1: unknown key")
+    assert errors[-1] == "typos: 12 more errors not listed"

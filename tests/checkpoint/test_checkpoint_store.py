@@ -16,6 +16,7 @@ from nri_plrm.checkpoint.store import (
     CURRENT_VERSION,
     CheckpointError,
     CheckpointStore,
+    NewerFormatError,
     canonical_json,
     canonical_json_steps,
     data_checksum,
@@ -85,14 +86,15 @@ def test_existing_directory_writable_by_others_is_refused_not_chmodded(
     assert not (d / "state.json").exists()
 
 
-def test_newer_version_with_unknown_fields_is_read(tmp_path: Path) -> None:
+def test_unknown_fields_of_the_same_version_are_read(tmp_path: Path) -> None:
+    """Additions an older reader can ignore keep the version: such a file is read."""
     d = tmp_path / "s"
     d.mkdir(mode=0o700)
     data = {"engine": {"pods": {}}, "future_feature": {"k": [1, 2]}}
     _write_doc(
         d / "state.json",
         {
-            "version": CURRENT_VERSION + 3,
+            "version": CURRENT_VERSION,
             "data": data,
             "checksum": data_checksum(data),
             "written_by": "nri-plrm 9.0",
@@ -102,7 +104,30 @@ def test_newer_version_with_unknown_fields_is_read(tmp_path: Path) -> None:
     result = CheckpointStore(d).load()
     assert result.problem is None
     assert result.data == data
-    assert result.version == CURRENT_VERSION + 3
+    assert result.version == CURRENT_VERSION
+
+
+def test_newer_version_is_refused_and_left_in_place(tmp_path: Path) -> None:
+    """Issue 31 item 12: a newer format is never misread nor moved aside as corrupt: loading
+    raises an error naming the file, both versions and what to do."""
+    d = tmp_path / "s"
+    d.mkdir(mode=0o700)
+    data = {"engine": {"pods": {}}}
+    doc = {"version": CURRENT_VERSION + 3, "data": data, "checksum": data_checksum(data)}
+    _write_doc(d / "state.json", doc)
+    before = (d / "state.json").read_bytes()
+    for read in (lambda: CheckpointStore(d).load(), lambda: CheckpointStore(d).read_only()):
+        with pytest.raises(NewerFormatError) as refused:
+            read()
+        message = str(refused.value)
+        assert message.startswith(
+            f"checkpoint {d / 'state.json'}: format version {CURRENT_VERSION + 3}, newer than "
+            f"the version {CURRENT_VERSION} this nri-plrm reads"
+        )
+        assert f"move {d} aside" in message and "Rollback and downgrade" in message
+        assert isinstance(refused.value, CheckpointError)
+    assert (d / "state.json").read_bytes() == before
+    assert sorted(p.name for p in d.iterdir()) == ["state.json"]
 
 
 def test_older_version_is_migrated_and_preserved_on_save(tmp_path: Path) -> None:

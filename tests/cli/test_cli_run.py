@@ -6,6 +6,7 @@ import asyncio
 import io
 import os
 import signal
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -34,8 +35,36 @@ def test_run_refuses_an_invalid_config(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_run_missing_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--config", str(tmp_path / "none.toml")], out=io.StringIO()) == 2
-    assert "cannot read the config file" in capsys.readouterr().err
+    """Issue 31 item 13: the message names the file looked for and how to create it."""
+    missing = tmp_path / "none.toml"
+    assert main(["run", "--config", str(missing)], out=io.StringIO()) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"nri-plrm run: no configuration file at {missing}: create it")
+    assert "/usr/share/doc/nri-plrm/config.toml /etc/nri-plrm/config.toml" in line
+    assert "docs/config.md" in line and "--config FILE" in line
+
+
+def test_run_unreadable_config_is_not_called_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--config", str(tmp_path)], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "must be a regular file" in err and "no configuration file" not in err
+
+
+def test_python_dash_m_nri_plrm_is_the_command() -> None:
+    """Issue 31 item 13: ``python -m nri_plrm`` runs the CLI."""
+    result = subprocess.run(
+        [sys.executable, "-m", "nri_plrm", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("nri-plrm ")
 
 
 def _health(url: str) -> int:

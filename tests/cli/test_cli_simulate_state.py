@@ -167,3 +167,27 @@ def test_state_damaged_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert run("state", "--state-dir", str(state_dir), "--topology", DEFAULT_SPEC)[0] == 1
     assert "checksum does not match" in capsys.readouterr().err
     assert path.exists()
+
+
+def test_state_table_shows_memory_in_the_units_used_elsewhere() -> None:
+    """Issue 31 item 13: an inexact size reads 23.0Gi (as ``topology`` prints), not 24159504Ki."""
+    from nri_plrm.cli.state import table
+
+    memory = [{"memory_type": "memory", "size": 24159504 * 1024, "numa": [0]}]
+    data = {
+        "source": "checkpoint",
+        "path": "state.json",
+        "pods": [
+            {
+                "namespace": "ns",
+                "name": "p",
+                "cpu_ids": [],
+                "memory": [{"memory_type": "memory", "size": 512 << 20, "numa": [0]}],
+                "containers": [],
+            }
+        ],
+        "allocatable": {"cpu_ids": [1, 2], "memory": memory},
+    }
+    text = table(data)
+    assert "memory=23.0Gi@0" in text and "memory=512Mi@0" in text
+    assert "Ki@" not in text

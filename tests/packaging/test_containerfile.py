@@ -128,3 +128,10 @@ def test_user_and_port(instructions: list[Instruction]) -> None:
     ports = _daemonset_container()["ports"]
     assert isinstance(ports, list)
     assert int(exposed) == ports[0]["containerPort"]
+
+
+def test_image_carries_the_docs_doctor_points_to(instructions: list[Instruction]) -> None:
+    """Issue 31 item 13: doctor run in the plugin's pod names /usr/share/doc/nri-plrm pages."""
+    final = stages(instructions)[-1]
+    copies = [shlex.split(i.argument) for i in final if i.keyword == "COPY"]
+    assert ["README.md", "docs/", "/usr/share/doc/nri-plrm/"] in copies

@@ -88,3 +88,43 @@ def test_control_template_and_conffiles() -> None:
     build = (DEB / "build.sh").read_text()
     assert "/etc/default/nri-plrm /etc/nri-plrm/config.toml" in build
     assert "nri-plrm_${version}_${arch}.deb" in build
+
+
+def test_remove_leaves_no_dangling_enablement_link(tmp_path: Path) -> None:
+    """Issue 31 item 13: after `apt remove`, multi-user.target.wants/nri-plrm.service (pointing
+    at the removed unit file) is gone; an administrator's own unit in /etc and other links stay."""
+    wants = tmp_path / "etc" / "systemd" / "system" / "multi-user.target.wants"
+    wants.mkdir(parents=True)
+    link = wants / "nri-plrm.service"
+    link.symlink_to("/lib/systemd/system/nri-plrm.service")
+    other = wants / "containerd.service"
+    other.symlink_to("/lib/systemd/system/containerd.service")
+    (tmp_path / "lib" / "systemd" / "system").mkdir(parents=True)
+    (tmp_path / "lib" / "systemd" / "system" / "containerd.service").write_text("")
+
+    assert run_script("postrm", tmp_path, "upgrade").returncode == 0
+    assert link.is_symlink(), "an upgrade keeps the unit enabled"
+    assert run_script("prerm", tmp_path, "remove").returncode == 0
+    result = run_script("postrm", tmp_path, "remove")
+    assert result.returncode == 0, result.stderr
+    assert not link.is_symlink()
+    assert other.is_symlink()
+
+    custom = tmp_path / "etc" / "systemd" / "system" / "nri-plrm.service"
+    custom.write_text("[Service]\n")
+    link.symlink_to("/etc/systemd/system/nri-plrm.service")
+    assert run_script("postrm", tmp_path, "remove").returncode == 0
+    assert link.is_symlink(), "a link to the administrator's own unit file is not dangling"
+
+
+def test_build_ships_the_dashboard_and_the_example_config() -> None:
+    """Issue 31 items 5 and 13: the dashboard and the example `nri-plrm run` names are packaged."""
+    build = (DEB / "build.sh").read_text()
+    assert (
+        '"$repo/packaging/grafana/nri-plrm.json" \\\n'
+        '    "$root/usr/share/nri-plrm/grafana/nri-plrm.json"' in build
+    )
+    assert 'install -m 0644 "$repo/packaging/config.toml" "$doc/config.toml"' in build
+    from nri_plrm.cli.run import EXAMPLE_CONFIG
+
+    assert EXAMPLE_CONFIG == "/usr/share/doc/nri-plrm/config.toml"

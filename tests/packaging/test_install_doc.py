@@ -109,7 +109,18 @@ def test_kubelet_managers_none() -> None:
 def test_doctor_is_the_first_and_last_step() -> None:
     cmds = commands()
     assert cmds[0] == ["nri-plrm", "doctor"]
-    assert cmds[-1] == ["nri-plrm", "doctor", "--config", "/etc/nri-plrm/config.toml"]
+    assert cmds[-2] == ["nri-plrm", "doctor", "--config", "/etc/nri-plrm/config.toml"]
+    daemonset = of_kind("DaemonSet")["metadata"]
+    assert cmds[-1] == [
+        "kubectl",
+        "-n",
+        daemonset["namespace"],
+        "exec",
+        f"daemonset/{daemonset['name']}",
+        "--",
+        "nri-plrm",
+        "doctor",
+    ]
 
 
 # --------------------------------------------------------------------------- commands

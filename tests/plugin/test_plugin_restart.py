@@ -127,7 +127,10 @@ def test_checkpoint_corrupted_is_kept_aside_and_rebuilt(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_checkpoint_from_a_newer_version_with_unknown_fields(tmp_path: Path) -> None:
+def test_checkpoint_from_a_newer_plugin_with_unknown_fields(tmp_path: Path) -> None:
+    """A newer plugin's additions that keep the format version are ignored (a newer format
+    version is refused: tests/checkpoint/test_format_versions.py)."""
+
     async def main() -> None:
         rt = await first_life(tmp_path)
         before = exclusive_cpus(rt)
@@ -139,7 +142,7 @@ def test_checkpoint_from_a_newer_version_with_unknown_fields(tmp_path: Path) -> 
         for entry in data["plugin"]["pods"].values():
             entry["annotationsFromTheFuture"] = {"a": "b"}
         data["engine"]["extraTable"] = {}
-        store = CheckpointStore(tmp_path / "state", version=7)
+        store = CheckpointStore(tmp_path / "state")
         store.save(data)
         plugin, problems = await second_life(tmp_path, rt)
         assert problems == []

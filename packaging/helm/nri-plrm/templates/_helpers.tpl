@@ -142,7 +142,7 @@ config.state.kubelet_cpu_manager_state (or inside it), or another mount's path.
 {{- fail (printf "config.state.kubelet_state_dir: %q: is the directory of config.state.kubelet_cpu_manager_state (%q) or inside it: %s" $dir $kubeletView $why) -}}
 {{- end -}}
 {{- end -}}
-{{- $taken := list "/etc/nri-plrm" "/var/run/nri" (clean .Values.config.state.dir) "/host/sys" "/tmp" -}}
+{{- $taken := list "/etc/nri-plrm" "/var/run/nri" (clean .Values.config.state.dir) "/host/sys" "/tmp" (clean .Values.hostPaths.containerdConfigDir) -}}
 {{- if has $dir $taken -}}
 {{- fail (printf "config.state.kubelet_state_dir: %q: another volume is mounted there; the export needs a directory of its own" $dir) -}}
 {{- end -}}
