@@ -50,6 +50,7 @@ from nri_plrm.metrics import Metrics
 from nri_plrm.metrics_server import MetricsServer
 from nri_plrm.nri.stub import ENV_SOCKET, RuntimeUnreachable, Stub
 from nri_plrm.plugin import Plugin
+from nri_plrm.podresources.devices import KubeletDevices
 from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
@@ -160,12 +161,23 @@ def build_plugin(
         on_change=on_change,
     )
     ledger.open()
+    pr = config.pod_resources
+    devices = (
+        KubeletDevices(
+            pr.kubelet_socket,
+            pr.device_timeout,
+            count=metrics.device_lookup if metrics is not None else None,
+        )
+        if pr.kubelet_socket
+        else None
+    )
     return Plugin(
         ledger,
         metrics=metrics,
         lookup_timeout=config.kubernetes.lookup_timeout,
         pod_specs=pod_specs,
         events=events,
+        devices=devices,
     )
 
 

@@ -268,6 +268,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.device_lookups = Counter(
+            "nri_plrm_device_lookups",
+            "RunPodSandbox lookups of the pod's devices on the kubelet's PodResources socket, "
+            "by result (found, none, timeout: decided without device hints, failed: likewise).",
+            ["result"],
+            registry=r,
+        )
         self.podresources_requests = Counter(
             "nri_plrm_podresources_requests",
             "PodResources API requests, by method and gRPC status code.",
@@ -481,6 +488,10 @@ class Metrics:
         """One NodeResourceTopology write attempt and its result (``NRT_WRITE_RESULTS``)."""
         _check(result, NRT_WRITE_RESULTS, "result")
         self.node_resource_topology_writes.labels(result=result).inc()
+
+    def device_lookup(self, result: str) -> None:
+        """One lookup of a pod's devices on the kubelet's socket and its result."""
+        self.device_lookups.labels(result=result).inc()
 
     def observe_podresources(self, method: str, code: str) -> None:
         """One PodResources request and its gRPC status code name."""
