@@ -55,6 +55,7 @@ from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
 from nri_plrm.safepaths import validate_for_host
+from nri_plrm.topology.device_numa import DeviceNUMA
 from nri_plrm.topology.hotplug.monitor import HotplugMonitor
 from nri_plrm.topology.hotplug.uevent import HotplugEvent
 from nri_plrm.topology.hotplug.watcher import HotplugWatcher, start_hotplug_watcher
@@ -178,6 +179,7 @@ def build_plugin(
         pod_specs=pod_specs,
         events=events,
         devices=devices,
+        device_nodes=DeviceNUMA(config.topology.sysfs_root),
     )
 
 

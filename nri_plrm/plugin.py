@@ -44,6 +44,8 @@ from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.reconcile import Reconciler
 from nri_plrm.resizes import Resizes
 from nri_plrm.single_container import DEMOTE, SingleContainerInference
+from nri_plrm.topology.device_numa import DeviceNUMA
+from nri_plrm.translate.nri_devices import with_nri_devices
 from nri_plrm.translate.nri_to_pod import (
     IntentError,
     container_spec,
@@ -82,9 +84,11 @@ class Plugin:
         lookup_timeout: float = 0.5,
         events: PodEventSink | None = None,
         devices: KubeletDevices | None = None,
+        device_nodes: DeviceNUMA | None = None,
     ) -> None:
         self.ledger = ledger
         self.devices = devices
+        self.device_nodes = device_nodes
         self.pod_specs = pod_specs
         self.metrics = metrics
         self.log = logger or logging.getLogger("nri_plrm.plugin")
@@ -377,6 +381,7 @@ class Plugin:
                 cspec = record.spec.container(name) or ContainerSpec(name)
             else:
                 cspec = container_spec(record.intent, container)
+                cspec = with_nri_devices(cspec, container, self.device_nodes)
             assignment, changes = self.ledger.place(record.uid, name, container.id, cspec)
         except AdmissionError as err:
             cause = explain_rejection(self.ledger.engine, record.pod_spec, err, cspec)

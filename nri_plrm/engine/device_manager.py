@@ -40,16 +40,17 @@ NodeDevices = Mapping[str, "tuple[tuple[int, ...], ...]"]
 
 
 def container_devices(pod: PodSpec, container: ContainerSpec) -> DeviceMap:
-    """The devices a container holds: its own, else the pod's entry for its name."""
-    return container.devices or pod.devices.get(container.name, {})
+    """The devices a container holds: the pod's entry for its name (the kubelet's), else the
+    container's own (its device nodes)."""
+    return pod.devices.get(container.name) or container.devices
 
 
 def pod_devices(pod: PodSpec) -> dict[str, tuple[Device, ...]]:
     """Every device the pod holds per resource (``podDevices``: each device once), from the
-    pod's entries and its containers' own devices, in the order first seen."""
+    pod's entries and the own devices of containers without one, in the order first seen."""
     out: dict[str, dict[str, Device]] = {}
     maps: list[DeviceMap] = list(pod.devices.values())
-    maps += [c.devices for c in pod.all_containers()]
+    maps += [c.devices for c in pod.all_containers() if c.name not in pod.devices]
     for devices in maps:
         for resource, listed in devices.items():
             known = out.setdefault(resource, {})

@@ -288,3 +288,16 @@ def test_devices_survive_the_spec_json_and_absent_ones_add_nothing() -> None:
     assert spec_from_dict(spec_to_dict(PodSpec(uid="u", containers=(container,)))).containers[
         0
     ].devices == {GPU: (dev("x", 0, 1),)}
+
+
+def test_the_kubelets_devices_win_over_the_containers_own() -> None:
+    """A container's own device nodes (NRI) stand for its devices only when the kubelet
+    listed none for it; the pod's devices count each container once."""
+    m = manager()
+    own = {"linux/drm": (dev("/dev/dri/renderD128", 0),)}
+    listed = ContainerSpec("c", devices=own)
+    alone = ContainerSpec("d", devices=own)
+    pod = PodSpec(uid="p", containers=(listed, alone), devices={"c": {GPU: (dev("gpu-1", 1),)}})
+    assert set(m.get_topology_hints(pod, listed)) == {GPU}
+    assert set(m.get_topology_hints(pod, alone)) == {"linux/drm"}
+    assert set(m.get_pod_topology_hints(pod)) == {GPU, "linux/drm"}
