@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from fake_kubelet import FakeKubelet
 from plrm_harness import serve, stored_plugin
+from plrm_runtime import FakeRuntime
 
 from nri_plrm.config_file import parse_config
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.daemon import build_plugin
+from nri_plrm.engine.spec import Device
 from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
 from nri_plrm.podresources.devices import KubeletDevices
@@ -158,3 +160,48 @@ def test_the_daemon_asks_the_kubelet_socket_with_the_configured_deadline(tmp_pat
     )
     assert bare.devices is None
     bare.ledger.close()
+
+
+@pytest.mark.parametrize("clean_stop", [True, False], ids=["checkpoint", "journal"])
+def test_a_restarted_plugin_keeps_the_devices_and_their_alignment(
+    tmp_path: Path, clean_stop: bool
+) -> None:
+    """The devices are in the journaled intent and the checkpoint: a restarted plugin (from
+    a clean stop or a crash) holds the same decisions, and places a container created after
+    the restart on the GPU's node without asking the kubelet again."""
+    spec = ml_workload()
+    rows = {"ml-training": [(GPU, "gpu-1", (1,))]}
+    sock = str(tmp_path / "kubelet.sock")
+    kubelet = FakeKubelet(sock, {("default", "ml-workload"): rows}, INVENTORY)
+    plugin = plugin_with_kubelet(tmp_path, CONTAINER_SCOPE, sock)
+    node1 = MACHINES["default"].cpus_in_numa(1)
+
+    async def first() -> tuple[object, FakeRuntime]:
+        async with serve(plugin, str(tmp_path / "nri.sock"), clean_stop=clean_stop) as s:
+            pod = await s.runtime.run_pod(spec)  # type: ignore[arg-type]
+            await s.runtime.create(pod, spec, spec.init_containers[0])  # type: ignore[attr-defined]
+            return pod, s.runtime
+
+    try:
+        pod, runtime = asyncio.run(first())
+    finally:
+        kubelet.stop()  # the restarted plugin cannot ask it again
+    before = plugin.ledger.engine.assignments()
+    again = stored_plugin(tmp_path / "state", CONTAINER_SCOPE)
+    assert again.ledger.engine.assignments() == before
+    training = spec.containers[0]  # type: ignore[attr-defined]
+    record = again.ledger.pod(spec.uid)  # type: ignore[attr-defined]
+    assert record is not None and record.intent.spec.devices == {
+        "ml-training": {GPU: (Device("gpu-1", (1,)),)}
+    }
+    pods, containers = runtime.sync_lists()
+
+    async def second() -> None:
+        async with serve(
+            again, str(tmp_path / "nri2.sock"), pods=pods, containers=containers, runtime=runtime
+        ) as s:
+            await s.runtime.create(pod, spec, training)  # type: ignore[arg-type]
+            got = s.runtime.applied(pod, "ml-training")  # type: ignore[arg-type]
+            assert CPUSet.parse(got.cpus) <= node1 and got.mems == "1"
+
+    asyncio.run(second())
