@@ -31,7 +31,7 @@ from nri_plrm.ledger import NodeLedger, NotSavedError
 from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.metrics import Metrics
 from nri_plrm.nri.handlers import NRIError
-from nri_plrm.podresources.devices import KubeletDevices, pod_devices, with_devices
+from nri_plrm.podresources.devices import KubeletDevices, sandbox_devices, with_devices
 from nri_plrm.podsource.base import PodEventSink, PodSpecSource
 from nri_plrm.pool_updates import (
     SentUpdates,
@@ -151,7 +151,8 @@ class Plugin:
         if self._known_sandbox(uid, pod.id):
             return
         spec, found = await asyncio.gather(
-            self.lookup(uid, namespace, name), pod_devices(self.devices, self.ledger.engine, pod)
+            self.lookup(uid, namespace, name),
+            sandbox_devices(self.devices, self.ledger.engine, pod),
         )
         if self._known_sandbox(uid, pod.id):
             return

@@ -190,7 +190,7 @@ class KubeletDevices:
             devices.set_node_devices(self.inventory)
 
 
-async def pod_devices(
+async def sandbox_devices(
     source: KubeletDevices | None, engine: Engine, pod: api.PodSandbox
 ) -> DevicesByContainer | None:
     """The sandbox's pod's devices by container from ``source`` (None without a source, or
