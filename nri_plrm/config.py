@@ -107,6 +107,9 @@ class PodResourcesSettings:
     kubelet_socket: str = ""
     """The kubelet's PodResources socket to merge ``devices``/``dynamic_resources`` from."""
     kubelet_timeout: float = 1.0
+    device_timeout: float = 0.1
+    """Seconds ``RunPodSandbox`` waits for the kubelet's ``Get`` of the pod's devices (device
+    hints); past it the pod is decided without them."""
     qps: float = 100.0
     burst: int = 10
 

@@ -211,6 +211,15 @@ class _Parser:
                 "this long for a pod missing from the API cache and must still answer within "
                 "the runtime's request budget",
             )
+        device = config.pod_resources.device_timeout
+        if isinstance(device, float) and isinstance(budget, float) and device >= budget:
+            self.error(
+                "pod_resources.device_timeout",
+                device,
+                f"must be less than nri.request_timeout ({budget:g} s): RunPodSandbox waits "
+                "this long for the kubelet's answer and must still answer within the runtime's "
+                "request budget",
+            )
         if self.errors or self.unknown_names:
             raise ConfigError(self._listed(names))
         return config
@@ -320,6 +329,7 @@ class _Parser:
             mode=socket_mode,
             kubelet_socket=optional_path,
             kubelet_timeout=seconds,
+            device_timeout=seconds,
             burst=positive_int,
         )
         if settings.group and not settings.mode & 0o060:

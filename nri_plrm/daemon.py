@@ -52,10 +52,12 @@ from nri_plrm.metrics import Metrics
 from nri_plrm.metrics_server import MetricsServer
 from nri_plrm.nri.stub import ENV_SOCKET, RuntimeUnreachable, Stub
 from nri_plrm.plugin import Plugin
+from nri_plrm.podresources.devices import KubeletDevices
 from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
 from nri_plrm.safepaths import validate_for_host
+from nri_plrm.topology.device_numa import DeviceNUMA
 from nri_plrm.topology.hotplug.monitor import HotplugMonitor
 from nri_plrm.topology.hotplug.uevent import HotplugEvent
 from nri_plrm.topology.hotplug.watcher import HotplugWatcher, start_hotplug_watcher
@@ -163,6 +165,16 @@ def build_plugin(
         on_change=on_change,
     )
     ledger.open()
+    pr = config.pod_resources
+    devices = (
+        KubeletDevices(
+            pr.kubelet_socket,
+            pr.device_timeout,
+            count=metrics.device_lookup if metrics is not None else None,
+        )
+        if pr.kubelet_socket
+        else None
+    )
     return Plugin(
         ledger,
         metrics=metrics,
@@ -170,6 +182,8 @@ def build_plugin(
         pod_specs=pod_specs,
         events=events,
         refused=refused,
+        devices=devices,
+        device_nodes=DeviceNUMA(config.topology.sysfs_root),
     )
 
 

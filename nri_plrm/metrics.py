@@ -51,6 +51,8 @@ RECONCILE_ACTIONS = ("adopted", "corrected", "released")
 """Why a pod's spec lookup fell back to NRI-only inference."""
 """Which cap an answer of the API server went past (the pod cache refused it)."""
 """What became of a Kubernetes Event the plugin recorded."""
+DEVICE_LOOKUP_RESULTS = ("found", "none", "timeout", "failed")
+"""Results of a pod's device lookup on the kubelet's PodResources socket."""
 HOTPLUG_IGNORED = ("unreadable", "memory", "no_change")
 """Why a hotplug uevent led to nothing: a datagram that cannot be read, a memory block event
 (reported, not acted on), or a CPU event after which the online CPUs were as before."""
@@ -237,6 +239,13 @@ class Metrics(KubernetesApiMetrics):
             ["action"],
             registry=r,
         )
+        self.device_lookups = Counter(
+            "nri_plrm_device_lookups",
+            "RunPodSandbox lookups of the pod's devices on the kubelet's PodResources socket, "
+            "by result (found, none, timeout: decided without device hints, failed: likewise).",
+            ["result"],
+            registry=r,
+        )
         self.podresources_requests = Counter(
             "nri_plrm_podresources_requests",
             "PodResources API requests, by method and gRPC status code.",
@@ -279,6 +288,8 @@ class Metrics(KubernetesApiMetrics):
             self.reconciled.labels(action=action)
         for kind in CHECKPOINT_DAMAGE:
             self.checkpoint_corrupt.labels(kind=kind)
+        for result in DEVICE_LOOKUP_RESULTS:
+            self.device_lookups.labels(result=result)
 
     # Resource managers -----------------------------------------------------------------
 
@@ -421,6 +432,12 @@ class Metrics(KubernetesApiMetrics):
         """Containers ``adopted``, ``corrected`` or ``released`` during reconciliation."""
         check_label(action, RECONCILE_ACTIONS, "action")
         self.reconciled.labels(action=action).inc(count)
+
+    def device_lookup(self, result: str) -> None:
+        """One lookup of a pod's devices on the kubelet's socket and its result
+        (``DEVICE_LOOKUP_RESULTS``)."""
+        check_label(result, DEVICE_LOOKUP_RESULTS, "result")
+        self.device_lookups.labels(result=result).inc()
 
     def observe_podresources(self, method: str, code: str) -> None:
         """One PodResources request and its gRPC status code name."""

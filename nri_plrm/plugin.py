@@ -10,6 +10,7 @@ from inside a handler).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.cri_updates import CRIUpdater
 from nri_plrm.engine.explain import explain_rejection
-from nri_plrm.engine.facade import Changes
+from nri_plrm.engine.facade import Changes, Engine
 from nri_plrm.engine.spec import (
     AdmissionError,
     AssignmentType,
@@ -31,6 +32,7 @@ from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.metrics import Metrics
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.outcomes import Outcomes
+from nri_plrm.podresources.devices import KubeletDevices, sandbox_devices, with_devices
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
 from nri_plrm.podsource.lookups import SpecLookups
 from nri_plrm.pool_updates import (
@@ -44,6 +46,8 @@ from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.reconcile import Reconciler
 from nri_plrm.resizes import Resizes
 from nri_plrm.single_container import DEMOTE, SingleContainerInference
+from nri_plrm.topology.device_numa import DeviceNUMA
+from nri_plrm.translate.nri_devices import with_nri_devices
 from nri_plrm.translate.nri_to_pod import (
     IntentError,
     container_spec,
@@ -83,8 +87,12 @@ class Plugin:
         lookup_timeout: float = 0.5,
         events: PodEventSink | None = None,
         refused: PodRefusalSink | None = None,
+        devices: KubeletDevices | None = None,
+        device_nodes: DeviceNUMA | None = None,
     ) -> None:
         self.ledger = ledger
+        self.devices = devices
+        self.device_nodes = device_nodes
         self.pod_specs = pod_specs
         self.metrics = metrics
         self.log = logger or logging.getLogger("nri_plrm.plugin")
@@ -147,13 +155,17 @@ class Plugin:
         uid, namespace, name = pod_identity(pod)
         if self._known_sandbox(uid, pod.id):
             return
-        spec = await self.lookup(uid, namespace, name)
+        spec, found = await asyncio.gather(
+            self.lookup(uid, namespace, name),
+            sandbox_devices(self.devices, self.ledger.engine, pod),
+        )
         if self._known_sandbox(uid, pod.id):
             return
         try:
             intent = pod_intent(pod)
         except IntentError as exc:
             raise NRIError(f"pod {namespace}/{name}: {exc}") from exc
+        spec, intent = with_devices(found, spec, intent)
         try:
             record, changes = self.ledger.admit(uid, pod.id, intent, spec)
         except AdmissionError as err:
@@ -169,19 +181,9 @@ class Plugin:
         except NotSavedError as exc:
             raise NRIError(str(exc)) from exc
         self._send_later(changes)
-        if not self.log.isEnabledFor(self._decision_level):
-            return
-        cpus = self.ledger.engine.pod_cpus(uid)
-        self.log.log(
-            self._decision_level,
-            "pod=%s uid=%s admitted mode=%s budget_cpus=%d pod_cpus=%s",
-            record.label(),
-            uid,
-            "spec" if spec is not None else intent.mode.value,
-            intent.budget_cpus,
-            cpus if cpus else "-",
-            extra={"plrm": {"event": "admit", "pod": record.label(), "uid": uid}},
-        )
+        if self.log.isEnabledFor(self._decision_level):
+            mode = "spec" if spec is not None else intent.mode.value
+            _log_admitted(self.log, self._decision_level, record, mode, self.ledger.engine)
 
     def _known_sandbox(self, uid: str, sandbox_id: str) -> bool:
         """True for a pod already admitted; a new sandbox of it (the kubelet recreates a dead
@@ -366,6 +368,7 @@ class Plugin:
                 cspec = record.spec.container(name) or ContainerSpec(name)
             else:
                 cspec = container_spec(record.intent, container)
+                cspec = with_nri_devices(cspec, container, self.device_nodes)
             assignment, changes = self.ledger.place(record.uid, name, container.id, cspec)
         except AdmissionError as err:
             cause = explain_rejection(self.ledger.engine, record.pod_spec, err, cspec)
@@ -426,6 +429,24 @@ def _reason(assignment: ContainerAssignment) -> str:
         AssignmentType.POD_SHARED: "pod shared pool",
         AssignmentType.NODE_SHARED: "node shared pool",
     }[assignment.assignment]
+
+
+def _log_admitted(
+    log: logging.Logger, level: int, record: PodRecord, mode: str, engine: Engine
+) -> None:
+    """The decision line of an admitted pod: its mode, budget CPUs and reserved CPUs."""
+    uid = record.uid
+    cpus = engine.pod_cpus(uid)
+    log.log(
+        level,
+        "pod=%s uid=%s admitted mode=%s budget_cpus=%d pod_cpus=%s",
+        record.label(),
+        uid,
+        mode,
+        record.intent.budget_cpus,
+        cpus if cpus else "-",
+        extra={"plrm": {"event": "admit", "pod": record.label(), "uid": uid}},
+    )
 
 
 def _adjustment(assignment: ContainerAssignment) -> api.ContainerAdjustment:

@@ -372,6 +372,16 @@ def check_timeouts(cfg: ContainerdConfig, config: Config) -> Check:
             "below the request timeout: a slow API lookup gets the plugin disconnected",
             f"lower [kubernetes] lookup_timeout below {request:g} in {config.source}",
         )
+    pr = config.pod_resources
+    if pr.kubelet_socket and pr.device_timeout >= request:
+        return fail(
+            AREA,
+            "nri-timeouts",
+            f"{found}; [pod_resources] device_timeout {pr.device_timeout:g} s is not below the "
+            "request timeout: a kubelet that does not answer gets the plugin disconnected",
+            f"lower [pod_resources] device_timeout below {request:g} (0.1 recommended) in "
+            f"{config.source}",
+        )
     if problems:
         return warn(
             AREA, "nri-timeouts", f"{found}; " + "; ".join(problems), "set " + ", ".join(fixes)

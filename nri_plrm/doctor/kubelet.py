@@ -342,3 +342,34 @@ def check_state_files(config: Config, process: KubeletProcess | None = None) -> 
             AREA, "state-files", f"no cpu_manager_state or memory_manager_state beside {cpu_path}"
         )
     return ok(AREA, "state-files", "; ".join(found))
+
+
+def check_devices(kc: KubeletConfig, config: Config) -> Check:
+    """Where the device hints come from, and what the kubelet's topology setting means for the
+    devices (docs/design.md section 11): always OK, it explains."""
+    if not config.pod_resources.kubelet_socket:
+        return ok(
+            AREA,
+            "devices",
+            "[pod_resources] kubelet_socket is empty: CPUs and memory follow only the devices "
+            "in a container's own request (NRI linux.devices, scope container); set it to the "
+            "kubelet's PodResources socket to align pods with their device plugin devices",
+        )
+    policy = kc.value("topologyManagerPolicy") if kc.known else None
+    if policy in (None, "", "none"):
+        placed = (
+            f"topologyManagerPolicy {policy or 'none (default)'}: the kubelet places devices "
+            "without NUMA alignment among them"
+        )
+    else:
+        placed = (
+            f"topologyManagerPolicy {policy}: the kubelet aligns devices among themselves, and "
+            "its verdicts may differ from the plugin's (see topology-manager)"
+        )
+    return ok(
+        AREA,
+        "devices",
+        f"device hints from {config.pod_resources.kubelet_socket} within "
+        f"{config.pod_resources.device_timeout:g} s; {placed}; the plugin aligns CPUs and memory "
+        "with wherever they land",
+    )

@@ -44,6 +44,7 @@ def run_checks(inputs: DoctorInputs) -> list[Check]:
         containerd.check_timeouts(cc, config),
         kubelet.check_config_file(kc),
         *kubelet.check_managers(kc),
+        kubelet.check_devices(kc, config),
     ]
     for optional in (
         kubelet.check_reserved_cpus(kc, config),

@@ -87,6 +87,7 @@ class AdmittedPod:
             containers=apps,
             requests=self.spec.requests,
             limits=self.spec.limits,
+            devices=self.spec.devices,
         )
 
 

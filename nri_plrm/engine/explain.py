@@ -21,13 +21,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from nri_plrm.engine.availability import free_per_numa
+from nri_plrm.engine.device_explain import device_cause, with_devices
+from nri_plrm.engine.device_manager import container_devices, pod_devices
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import (
     CPU,
     MEMORY,
     SMT_ALIGNMENT_ERROR,
+    TOPOLOGY_AFFINITY_ERROR,
     AdmissionError,
     ContainerSpec,
+    HintMap,
     PodSpec,
     ResourceList,
 )
@@ -54,25 +58,46 @@ def explain_rejection(
     if aggregate and not pod.all_containers():
         probe = ContainerSpec("", requests=aggregate, limits=aggregate)
         pod = dataclasses.replace(pod, containers=(probe,))
+    tm, dm = engine.topology_manager, engine.device_manager
+    affinity = error.reason == TOPOLOGY_AFFINITY_ERROR
     if container is not None:
-        return _explain_container(engine, facts, pod, container, error)
+        devices = container_devices(pod, container)
+        who = f"container {container.name}"
+        hints = dm.get_topology_hints(pod, container) if affinity else {}
+        others = _container_hints(engine, pod, container) if devices else []
+        return device_cause(tm, who, devices, hints, others) or with_devices(
+            _explain_container(engine, facts, pod, container, error), who, devices
+        )
     if facts.pod_scope:
         cpus = engine.cpu_manager.pod_guaranteed_cpus(pod)
         memory = engine.memory_manager.pod_requests(pod) if facts.memory_pinned else {}
         who = "pod budget" if pod.has_pod_level_resources else "pod (all containers)"
-        return (
+        held = pod_devices(pod)
+        hints = dm.get_pod_topology_hints(pod) if affinity else {}
+        others = []
+        if held:
+            others = [engine.cpu_manager.get_pod_topology_hints(pod)]
+            others.append(engine.memory_manager.get_pod_topology_hints(pod))
+        return device_cause(tm, "pod", held, hints, others) or with_devices(
             _smt(facts, cpus, error)
             or _budget_split(engine, pod)
-            or _placement(facts, who, cpus, memory)
+            or _placement(facts, who, cpus, memory),
+            "pod",
+            held,
         )
     for c in pod.all_containers():
         cpus = engine.cpu_manager.guaranteed_cpus(pod, c)
         memory = _container_memory(engine, pod, c)
         who = f"container {c.name}"
-        found = (
+        devices = container_devices(pod, c)
+        hints = dm.get_topology_hints(pod, c) if affinity else {}
+        others = _container_hints(engine, pod, c) if devices else []
+        found = device_cause(tm, who, devices, hints, others) or with_devices(
             _smt(facts, cpus, error)
             or _shortage(facts, who, cpus, memory)
-            or _alignment(facts, who, cpus, memory)
+            or _alignment(facts, who, cpus, memory),
+            who,
+            devices,
         )
         if found:
             return found
@@ -148,6 +173,14 @@ class _Facts:
             for node, free in self.free_memory.items()
             if all(free.get(name, 0) >= size for name, size in memory.items())
         ]
+
+
+def _container_hints(engine: Engine, pod: PodSpec, c: ContainerSpec) -> list[HintMap | None]:
+    """The CPU and memory managers' hints for a container (in the state after a rollback)."""
+    return [
+        engine.cpu_manager.get_topology_hints(pod, c),
+        engine.memory_manager.get_topology_hints(pod, c),
+    ]
 
 
 def _container_memory(engine: Engine, pod: PodSpec, c: ContainerSpec) -> dict[str, int]:

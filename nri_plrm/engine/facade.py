@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nri_plrm.cpuset import CPUSet
@@ -27,6 +27,7 @@ from nri_plrm.engine.admitted import (
 )
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig
+from nri_plrm.engine.device_manager import DeviceManager
 from nri_plrm.engine.invariants import accounting_problems, placement_problems
 from nri_plrm.engine.memory_manager import MemoryManager
 from nri_plrm.engine.memory_state import MemoryManagerConfig
@@ -97,6 +98,7 @@ class Engine:
             topology, config.cpu_manager, topology_manager_policy=config.topology_manager.policy
         )
         self.memory_manager = MemoryManager(topology, config.memory_manager)
+        self.device_manager = DeviceManager(topology)
         self._pods: dict[str, AdmittedPod] = {}
         self._node_shared: set[tuple[str, str]] = set()
         self._deferred = 0
@@ -107,7 +109,7 @@ class Engine:
 
     @property
     def _providers(self) -> tuple[HintProvider, ...]:
-        return (self.cpu_manager, self.memory_manager)
+        return (self.cpu_manager, self.memory_manager, self.device_manager)
 
     @property
     def _pod_scope(self) -> bool:
@@ -156,23 +158,19 @@ class Engine:
         if pod.uid in self._pods:
             return {}
         before = self.cpu_manager.default_cpuset
-        bare = PodSpec(
-            uid=pod.uid,
-            namespace=pod.namespace,
-            name=pod.name,
-            requests=pod.requests,
-            limits=pod.limits,
-        )
+        bare = replace(pod, init_containers=(), containers=())
         pod_level = bare.has_pod_level_resources
         record = AdmittedPod(spec=bare, mode=MODE_POD_LEVEL if pod_level else MODE_CLASSIC)
         try:
             if self._pod_scope and pod_level:
                 record.hint = self.topology_manager.pod_hint(bare, self._providers)
                 self._reserve_budget(record)
-            elif self._pod_scope and aggregate:
+            elif self._pod_scope and (aggregate or pod.devices):
+                aggregate = aggregate or {}
                 probe = PodSpec(
                     uid=pod.uid,
                     containers=(ContainerSpec("", requests=aggregate, limits=aggregate),),
+                    devices=pod.devices,
                 )
                 record.hint = self.topology_manager.pod_hint(probe, self._providers)
         except AdmissionError:

@@ -37,13 +37,29 @@ class ContainerKind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class Device:
+    """A device allocated to a container (by the kubelet's Device Manager at admission): its
+    id and the NUMA nodes its device plugin reported (empty: no topology)."""
+
+    id: str
+    numa_nodes: tuple[int, ...] = ()
+
+
+DeviceMap = Mapping[str, "tuple[Device, ...]"]
+"""Allocated devices per resource name (``nvidia.com/gpu`` -> its devices)."""
+
+
+@dataclass(frozen=True)
 class ContainerSpec:
-    """One container's name, kind and container-level resources."""
+    """One container's name, kind, container-level resources and allocated devices."""
 
     name: str
     kind: ContainerKind = ContainerKind.APP
     requests: ResourceList = field(default_factory=dict)
     limits: ResourceList = field(default_factory=dict)
+    devices: DeviceMap = field(default_factory=dict)
+    """Devices the container holds, when known with the container; else :attr:`PodSpec.devices`
+    by the container's name."""
 
     @property
     def restartable(self) -> bool:
@@ -64,6 +80,9 @@ class PodSpec:
     """``.spec.resources.requests``; None when the pod sets no pod-level resources."""
     limits: ResourceList | None = None
     """``.spec.resources.limits``; None when the pod sets no pod-level resources."""
+    devices: Mapping[str, DeviceMap] = field(default_factory=dict)
+    """Each container's allocated devices by container name (the kubelet's PodResources
+    ``Get``), also for containers not in the spec yet (a pod known by its sandbox)."""
 
     @cached_property
     def has_pod_level_resources(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import ContainerKind, ContainerSpec, Device, DeviceMap, PodSpec
 
 T = TypeVar("T")
 
@@ -15,14 +15,35 @@ INIT_CONTAINERS_KEY = "init_containers"
 """Default key of a pod's init containers; the engine snapshot uses ``initContainers``."""
 
 
-def container_to_dict(c: ContainerSpec) -> dict[str, Any]:
-    """A JSON-able form of a ``ContainerSpec``."""
+def devices_to_dict(devices: DeviceMap) -> dict[str, list[dict[str, Any]]]:
+    """A JSON-able form of allocated devices per resource."""
     return {
+        resource: [{"id": d.id, "numaNodes": list(d.numa_nodes)} for d in listed]
+        for resource, listed in devices.items()
+    }
+
+
+def devices_from_dict(d: Mapping[str, Any]) -> dict[str, tuple[Device, ...]]:
+    """The inverse of :func:`devices_to_dict`."""
+    return {
+        str(resource): tuple(
+            Device(str(e["id"]), tuple(int(n) for n in e.get("numaNodes", ()))) for e in listed
+        )
+        for resource, listed in d.items()
+    }
+
+
+def container_to_dict(c: ContainerSpec) -> dict[str, Any]:
+    """A JSON-able form of a ``ContainerSpec`` (``devices`` only when it holds some)."""
+    out: dict[str, Any] = {
         "name": c.name,
         "kind": c.kind.value,
         "requests": dict(c.requests),
         "limits": dict(c.limits),
     }
+    if c.devices:
+        out["devices"] = devices_to_dict(c.devices)
+    return out
 
 
 def container_from_dict(d: Mapping[str, Any]) -> ContainerSpec:
@@ -32,12 +53,14 @@ def container_from_dict(d: Mapping[str, Any]) -> ContainerSpec:
         kind=ContainerKind(d.get("kind", ContainerKind.APP.value)),
         requests={str(k): int(v) for k, v in d.get("requests", {}).items()},
         limits={str(k): int(v) for k, v in d.get("limits", {}).items()},
+        devices=devices_from_dict(d.get("devices", {})),
     )
 
 
 def spec_to_dict(spec: PodSpec, init_key: str = INIT_CONTAINERS_KEY) -> dict[str, Any]:
-    """A JSON-able form of a ``PodSpec``; its init containers under ``init_key``."""
-    return {
+    """A JSON-able form of a ``PodSpec``; its init containers under ``init_key`` (``devices``
+    only when it holds some)."""
+    out: dict[str, Any] = {
         "uid": spec.uid,
         "namespace": spec.namespace,
         "name": spec.name,
@@ -46,6 +69,9 @@ def spec_to_dict(spec: PodSpec, init_key: str = INIT_CONTAINERS_KEY) -> dict[str
         "requests": None if spec.requests is None else dict(spec.requests),
         "limits": None if spec.limits is None else dict(spec.limits),
     }
+    if spec.devices:
+        out["devices"] = {n: devices_to_dict(d) for n, d in spec.devices.items()}
+    return out
 
 
 def spec_from_dict(d: Mapping[str, Any], init_key: str = INIT_CONTAINERS_KEY) -> PodSpec:
@@ -62,6 +88,7 @@ def spec_from_dict(d: Mapping[str, Any], init_key: str = INIT_CONTAINERS_KEY) ->
         containers=tuple(container_from_dict(c) for c in d.get("containers", ())),
         requests=resources(d.get("requests")),
         limits=resources(d.get("limits")),
+        devices={str(n): devices_from_dict(m) for n, m in d.get("devices", {}).items()},
     )
 
 

@@ -406,7 +406,7 @@ def is_sole_guaranteed_candidate(intent: PodIntent, container: api.Container) ->
 
 def as_classic(intent: PodIntent) -> PodIntent:
     """A BUDGET pod taken as a classic Guaranteed pod (its sole container holds the budget)."""
-    bare = PodSpec(uid=intent.spec.uid, namespace=intent.spec.namespace, name=intent.spec.name)
+    bare = dataclasses.replace(intent.spec, requests=None, limits=None)
     return dataclasses.replace(intent, spec=bare, mode=PodMode.CLASSIC)
 
 

@@ -101,7 +101,7 @@ def test_json_schema(node: Node) -> None:
     assert code == data["exit_code"] == 0
     assert list(data) == ["status", "exit_code", "counts", "checks"]
     assert data["status"] == "OK"
-    assert data["counts"] == {"ok": 21, "warn": 0, "fail": 0}
+    assert data["counts"] == {"ok": 22, "warn": 0, "fail": 0}
     for check in data["checks"]:
         assert list(check) == ["area", "name", "status", "message", "fix"]
         assert check["status"] == "OK" and check["fix"] == ""
@@ -128,7 +128,7 @@ def test_warning_exits_1(node: Node) -> None:
         r"^WARN +kubelet\.feature-gates +featureGates: PodLevelResources=False", out, re.M
     )
     assert "to fix:\n  WARN  kubelet.feature-gates: set featureGates" in out
-    assert out.endswith("0 FAIL, 1 WARN, 20 OK: WARN (exit 1)\n")
+    assert out.endswith("0 FAIL, 1 WARN, 21 OK: WARN (exit 1)\n")
 
 
 def test_static_kubelet_and_disabled_nri_exit_2(node: Node) -> None:

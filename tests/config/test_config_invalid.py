@@ -260,3 +260,15 @@ def test_rate_limit_values_are_not_seconds() -> None:
         "nri.request_timeout: 7200: must be a number of seconds greater than 0 and at most 3600",
         "pod_resources.qps: 0: must be a number greater than 0",
     ]
+
+
+def test_device_timeout_must_leave_room_in_the_request_budget() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config("[nri]\nrequest_timeout = 1.0\n[pod_resources]\ndevice_timeout = 1.0\n")
+    assert any(
+        line.startswith("pod_resources.device_timeout: 1.0: must be less than nri.request_timeout")
+        for line in info.value.errors
+    ), info.value.errors
+    with pytest.raises(ConfigError) as info:
+        parse_config("[pod_resources]\ndevice_timeout = -1\n")
+    assert any(line.startswith("pod_resources.device_timeout") for line in info.value.errors)

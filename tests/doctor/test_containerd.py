@@ -239,6 +239,19 @@ def test_api_lookup_slower_than_the_request_timeout_fails() -> None:
     assert check.status is Status.FAIL and "lookup_timeout" in check.message
 
 
+def test_device_lookup_slower_than_the_request_timeout_fails() -> None:
+    config = parse_config(
+        '[nri]\nrequest_timeout = 2.0\n[pod_resources]\nkubelet_socket = "/run/k.sock"\n'
+        "device_timeout = 2.0\n"
+    )
+    cfg = ContainerdConfig("c.toml", True, 3, {"plugin_request_timeout": "2s"})
+    check = containerd.check_timeouts(cfg, config)
+    assert check.status is Status.FAIL and "device_timeout 2 s" in check.message
+    assert "below 2" in check.fix
+    quick = parse_config('[nri]\nrequest_timeout = 2.0\n[pod_resources]\nkubelet_socket = "/k"\n')
+    assert containerd.check_timeouts(cfg, quick).status is not Status.FAIL
+
+
 def test_a_fifo_at_the_containerd_config_path_is_an_error_not_a_hang(tmp_path: Path) -> None:
     """A FIFO as containerd's config (or an import of it) is reported, never read blocking."""
     fifo = tmp_path / "config.toml"

@@ -66,6 +66,18 @@ def test_static_managers_conflict(tmp_path: Path) -> None:
     assert "set cpuManagerPolicy: none in" in cpu.fix and "drain the node" in cpu.fix
 
 
+def test_devices_say_where_hints_come_from_and_what_the_kubelet_does(tmp_path: Path) -> None:
+    none = load(tmp_path, HEAD + "topologyManagerPolicy: none\n")
+    check = kubelet.check_devices(none, Config())
+    assert check.status is Status.OK and "kubelet_socket is empty" in check.message
+    config = parse_config('[pod_resources]\nkubelet_socket = "/run/k.sock"\n')
+    check = kubelet.check_devices(none, config)
+    assert "/run/k.sock within 0.1 s" in check.message
+    assert "without NUMA alignment among them" in check.message
+    aligned = kubelet.check_devices(load(tmp_path, STATIC), config)
+    assert "topologyManagerPolicy single-numa-node: the kubelet aligns devices" in aligned.message
+
+
 def test_unset_policies_are_the_kubelets_defaults(tmp_path: Path) -> None:
     kc = load(tmp_path, HEAD)
     checks = kubelet.check_managers(kc)
