@@ -46,7 +46,10 @@ def test_every_problem_of_the_file_comes_back(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as on_the_spot:
         load_config(cfg)
     assert read.value.errors == on_the_spot.value.errors
-    assert read.value.errors[0] == 'nri.sokcet: "/x": unknown key; did you mean "socket"?'
+    assert read.value.errors == [
+        'log.level: "loud": must be one of debug, info, warning, error',
+        'nri.sokcet: "/x": unknown key; did you mean "socket"?',
+    ]
 
 
 def test_the_deep_file_is_refused_with_its_depth(tmp_path: Path) -> None:

@@ -240,8 +240,10 @@ def test_api_lookup_slower_than_the_request_timeout_fails() -> None:
 
 
 def test_device_lookup_slower_than_the_request_timeout_fails() -> None:
+    # The plugin's own request_timeout allows 2 s (the config refuses a device_timeout not
+    # below it); containerd's plugin_request_timeout does not.
     config = parse_config(
-        '[nri]\nrequest_timeout = 2.0\n[pod_resources]\nkubelet_socket = "/run/k.sock"\n'
+        '[nri]\nrequest_timeout = 5.0\n[pod_resources]\nkubelet_socket = "/run/k.sock"\n'
         "device_timeout = 2.0\n"
     )
     cfg = ContainerdConfig("c.toml", True, 3, {"plugin_request_timeout": "2s"})
