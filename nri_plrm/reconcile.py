@@ -24,7 +24,9 @@ from nri_plrm.nri.handlers import NRIError
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.nri_to_pod import (
     IntentError,
+    PodIntent,
     PodMode,
+    QOSClass,
     as_classic,
     container_spec,
     is_sole_guaranteed_candidate,
@@ -74,6 +76,8 @@ class Reconciler:
     def __init__(self, host: ReconcileHost) -> None:
         self.host = host
         self.counts: collections.Counter[str] = collections.Counter()
+        self.memory_kept: set[str] = set()
+        """Pods admitted with the memory nodes their shared containers run on."""
 
     def log_summary(self, pods: int, containers: int, updates: int, start: float) -> None:
         """One INFO line for the whole Synchronize (``start``: its ``perf_counter``)."""
@@ -167,8 +171,11 @@ class Reconciler:
             ):
                 intent = as_classic(intent)  # promoted by the single-container inference
             budget = has_budget(engine, intent.spec)
+            mems = EMPTY
             if not budget and not any(r.exclusive for _, r in running):
-                return
+                mems = self._memory_nodes(intent, running)
+                if not mems:
+                    return
             members = [
                 (exclusive_request(engine, intent.spec, container_spec(intent, c)), r)
                 for c, r in running
@@ -185,30 +192,51 @@ class Reconciler:
                 *(r.cpus for n, r in members if n > 0 and r.cpus and len(r.cpus) == n)
             )
             claimed = claimed & free
-        if not claimed:
+        if not claimed and not mems:
             return
         try:
-            record = self.host.ledger.adopt_pod(uid, sandbox.id, intent, claimed, pinned)
+            record = self.host.ledger.adopt_pod(uid, sandbox.id, intent, claimed, pinned, mems)
         except AdoptionError as exc:
             self.host.log.info("pod=%s/%s keeps no cpus it runs on: %s", namespace, name, exc)
             return
         except NotSavedError as exc:
             raise NRIError(str(exc)) from exc
+        if mems:
+            self.memory_kept.add(uid)
         self.host.log.debug(
-            "pod=%s uid=%s adopted with the cpus it runs on: %s",
+            "pod=%s uid=%s adopted with the cpus it runs on: %s, mems %s",
             record.label(),
             uid,
-            engine.pod_cpus(uid) or claimed,
+            engine.pod_cpus(uid) or claimed or "-",
+            mems or "-",
             extra={"plrm": {"event": "admit", "pod": record.label(), "uid": uid}},
         )
+
+    def _memory_nodes(
+        self, intent: PodIntent, running: Sequence[tuple[api.Container, rebuild.Running]]
+    ) -> CPUSet:
+        """The memory nodes a Guaranteed pod without exclusive containers keeps (its shared
+        containers' common mems) when the memory manager pins memory; empty otherwise."""
+        engine = self.host.ledger.engine
+        if intent.qos is not QOSClass.GUARANTEED or not engine.memory_manager.static:
+            return EMPTY
+        return rebuild.shared_mems(r for _, r in running)
 
     def _keep_container(
         self, sandbox: api.PodSandbox, ctr: api.Container, now: rebuild.Running
     ) -> None:
-        """Record a running exclusive container with the cpuset it runs on, when valid."""
+        """Record a running exclusive container with the cpuset it runs on, when valid; place a
+        shared container of a pod that kept its memory nodes now, before other pods' containers
+        can take that memory."""
+        uid = pod_identity(sandbox)[0]
+        if uid in self.memory_kept and not now.exclusive:
+            record = self.host.ledger.pod(uid)
+            if record is not None and ctr.id not in self.host.ledger.tables.ids:
+                self._adopt_container(record, ctr)
+            return
         if now.cpus is None or not now.exclusive:
             return
-        record = self.host.ledger.pod(pod_identity(sandbox)[0])
+        record = self.host.ledger.pod(uid)
         if record is None or not record.managed or record.spec is not None:
             return
         try:

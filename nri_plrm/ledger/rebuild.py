@@ -84,6 +84,14 @@ def pinned(running: Iterable[Running]) -> CPUSet:
     return out
 
 
+def shared_mems(running: Iterable[Running]) -> CPUSet:
+    """The memory nodes a pod's shared (not exclusive) containers run on when they agree: the
+    one ``mems`` every such container that reports one has; empty when none reports one or
+    two differ (nothing consistent to keep)."""
+    found = {r.mems for r in running if not r.exclusive and r.mems}
+    return next(iter(found)) if len(found) == 1 else EMPTY
+
+
 def budget_claim(
     budget: int, members: Sequence[tuple[int, Running]], free: CPUSet, all_cpus: CPUSet
 ) -> CPUSet:

@@ -143,11 +143,18 @@ class Transitions:
     # Issue 12, rebuild from what runs: allocations adopted as they run, node shared fallback.
 
     def adopt_pod(
-        self, uid: str, sandbox_id: str, intent: PodIntent, claimed: CPUSet, avoid: CPUSet = EMPTY
+        self,
+        uid: str,
+        sandbox_id: str,
+        intent: PodIntent,
+        claimed: CPUSet,
+        avoid: CPUSet = EMPTY,
+        mems: CPUSet = EMPTY,
     ) -> tuple[PodRecord, Op]:
-        """Admit a running pod keeping the CPUs its containers hold (``engine.adoption``).
-        Raises ``AdoptionError``; nothing changes then."""
-        adopt_sandbox(self.engine, intent.spec, intent.aggregate, claimed, avoid)
+        """Admit a running pod keeping the CPUs its containers hold, or the memory nodes its
+        shared containers run on (``engine.adoption``). Raises ``AdoptionError``; nothing
+        changes then."""
+        adopt_sandbox(self.engine, intent.spec, intent.aggregate, claimed, avoid, mems)
         record = PodRecord(intent=intent, sandbox_id=sandbox_id)
         self.tables.pods[uid] = record
         self.changed_pods.add(uid)
@@ -159,6 +166,8 @@ class Transitions:
             "intent": intent_to_dict(intent),
             "cpus": str(cpus),
         }
+        if mems:
+            op["mems"] = str(mems)
         return record, op
 
     def adopt(
@@ -296,6 +305,7 @@ class Transitions:
                 str(op["sandbox"]),
                 intent_from_dict(op["intent"]),
                 CPUSet.parse(str(op["cpus"])),
+                mems=CPUSet.parse(str(op.get("mems", ""))),
             )
         elif kind == "adopt":
             self.adopt(
