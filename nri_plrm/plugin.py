@@ -39,14 +39,13 @@ from nri_plrm.pool_updates import (
     targets_for,
 )
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.reconcile import Reconciler
+from nri_plrm.reconcile import Reconciler, SyncMemo, intent_of
 from nri_plrm.resizes import Resizes
 from nri_plrm.single_container import DEMOTE, SingleContainerInference
 from nri_plrm.translate.nri_to_pod import (
     IntentError,
     container_spec,
     pod_identity,
-    pod_intent,
     resized_budget,
     resized_container,
 )
@@ -86,8 +85,8 @@ class Plugin:
         self.log = logger or logging.getLogger("nri_plrm.plugin")
         self.lookup_timeout = lookup_timeout
         self.events = events
-        self._lookups: dict[str, PodSpec | None] | None = None
-        """Pod spec lookups already made during the current Synchronize."""
+        self._memo: SyncMemo | None = None
+        """What the current Synchronize already worked out per pod (lookups, intents)."""
         self.runtime = ("", "")
         self.sent = SentUpdates()
         """What the runtime was sent lately: updates that would repeat it are left out."""
@@ -146,7 +145,7 @@ class Plugin:
         if self._known_sandbox(uid, pod.id):
             return
         try:
-            intent = pod_intent(pod)
+            intent = intent_of(pod, self._memo)
         except IntentError as exc:
             raise NRIError(f"pod {namespace}/{name}: {exc}") from exc
         try:
@@ -320,15 +319,15 @@ class Plugin:
         start = time.perf_counter()
         collecting = gc.isenabled()
         gc.disable()  # it builds the node's state: collecting half-way is wasted work
-        self._lookups = {}  # one API lookup per pod, however many steps ask
+        self._memo = memo = SyncMemo()
         try:
             with self.ledger.batch():
-                reconciler = Reconciler(self)
+                reconciler = Reconciler(self, memo)
                 updates = await reconciler.run(pods, containers)
         except NotSavedError as exc:
             raise NRIError(f"reconciliation not applied: {exc}") from exc
         finally:
-            self._lookups = None
+            self._memo = None
             if collecting:
                 gc.freeze()  # what it built lives as long as the plugin: no collection walks it
                 gc.enable()
@@ -355,12 +354,12 @@ class Plugin:
         source = self.pod_specs
         if source is None:
             return None
-        memo = self._lookups
-        if memo is not None and uid in memo:
-            return memo[uid]
+        memo = self._memo
+        if memo is not None and uid in memo.specs:
+            return memo.specs[uid]
         spec = await source.lookup(uid, namespace, name, self.lookup_timeout)
         if memo is not None:
-            memo[uid] = spec
+            memo.specs[uid] = spec
         return spec
 
     def _event(self, record: PodRecord, err: AdmissionError, message: str) -> None:
@@ -464,13 +463,16 @@ class Plugin:
         )
 
 
+_REASONS = {
+    AssignmentType.NODE_EXCLUSIVE: "exclusive slice from the node",
+    AssignmentType.POD_EXCLUSIVE: "exclusive slice from the pod budget",
+    AssignmentType.POD_SHARED: "pod shared pool",
+    AssignmentType.NODE_SHARED: "node shared pool",
+}
+
+
 def _reason(assignment: ContainerAssignment) -> str:
-    return {
-        AssignmentType.NODE_EXCLUSIVE: "exclusive slice from the node",
-        AssignmentType.POD_EXCLUSIVE: "exclusive slice from the pod budget",
-        AssignmentType.POD_SHARED: "pod shared pool",
-        AssignmentType.NODE_SHARED: "node shared pool",
-    }[assignment.assignment]
+    return _REASONS[assignment.assignment]
 
 
 def _adjustment(assignment: ContainerAssignment) -> api.ContainerAdjustment:

@@ -40,6 +40,31 @@ from nri_plrm.translate.pod_to_cri import (
 )
 
 
+class SyncMemo:
+    """What one Synchronize already worked out per pod, so that no step repeats it: the API
+    lookup of each pod (one per pod, however many steps ask) and the NRI intent of each
+    sandbox (a node's worth of pods is otherwise read twice: to keep it, then to admit it)."""
+
+    def __init__(self) -> None:
+        self.specs: dict[str, PodSpec | None] = {}
+        self.intents: dict[str, PodIntent] = {}
+
+    def intent(self, pod: api.PodSandbox) -> PodIntent:
+        """:func:`pod_intent` of ``pod``, read once per sandbox id (raises ``IntentError``
+        as it does, every time)."""
+        known = self.intents.get(pod.id) if pod.id else None
+        if known is None:
+            known = pod_intent(pod)
+            if pod.id:
+                self.intents[pod.id] = known
+        return known
+
+
+def intent_of(pod: api.PodSandbox, memo: SyncMemo | None) -> PodIntent:
+    """The pod's NRI intent, through ``memo`` inside a Synchronize."""
+    return pod_intent(pod) if memo is None else memo.intent(pod)
+
+
 class ReconcileHost(Protocol):
     """What the reconciler needs of the plugin: its ledger and its ordinary decisions."""
 
@@ -73,8 +98,9 @@ class Reconciler:
     """One Synchronize's reconciliation; ``counts`` says what it did (``kept``, ``placed``,
     ``node_shared``)."""
 
-    def __init__(self, host: ReconcileHost) -> None:
+    def __init__(self, host: ReconcileHost, memo: SyncMemo | None = None) -> None:
         self.host = host
+        self.memo = SyncMemo() if memo is None else memo
         self.counts: collections.Counter[str] = collections.Counter()
         self.memory_kept: set[str] = set()
         """Pods admitted with the memory nodes their shared containers run on."""
@@ -163,7 +189,7 @@ class Reconciler:
             return
         engine = self.host.ledger.engine
         try:
-            intent = pod_intent(sandbox)
+            intent = self.memo.intent(sandbox)
             if (
                 len(running) == 1
                 and running[0][1].exclusive
@@ -286,7 +312,7 @@ class Reconciler:
             await self.host.run_pod_sandbox(pod)
         except NRIError as exc:
             uid = pod_identity(pod)[0]
-            self.host.ledger.leave_unmanaged(uid, pod.id, pod_intent(pod))
+            self.host.ledger.leave_unmanaged(uid, pod.id, self.memo.intent(pod))
             self.host.log.warning(
                 "pod=%s/%s uid=%s exists but cannot be placed, its containers run in the node "
                 "shared pool: %s",

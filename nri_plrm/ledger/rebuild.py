@@ -12,14 +12,13 @@ CPUs a pod-level pod's budget must keep.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.proto import nri_api_pb2 as api
 
 
-@dataclass(frozen=True)
-class Running:
+class Running(NamedTuple):
     """What a container runs on, as Synchronize reports it."""
 
     cpus: CPUSet | None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.adoption import adopt_container, adopt_sandbox, place_in_node_pool
@@ -69,6 +69,11 @@ class Transitions:
         self.changed_pods.clear()
         self.followed_pool.clear()
 
+    def _intent_form(self, intent: PodIntent) -> dict[str, Any]:
+        """The intent's JSON-able form for an op, shared with the next snapshot (both only
+        read it): a Synchronize admitting a node's worth of pods converts each intent once."""
+        return cast(dict[str, Any], self.tables.intent_forms.form(intent, intent_to_dict))
+
     def _changed(self, uid: str, changes: Changes) -> Changes:
         self.changed_pods.add(uid)
         self.note(changes)
@@ -89,7 +94,7 @@ class Transitions:
             "op": "admit",
             "uid": uid,
             "sandbox": sandbox_id,
-            "intent": intent_to_dict(intent),
+            "intent": self._intent_form(intent),
         }
         op["spec"] = None if spec is None else spec_to_dict(spec)
         return record, self._changed(uid, changes), op
@@ -107,7 +112,7 @@ class Transitions:
             "op": "unmanaged",
             "uid": uid,
             "sandbox": sandbox_id,
-            "intent": intent_to_dict(intent),
+            "intent": self._intent_form(intent),
         }
 
     def place(
@@ -163,7 +168,7 @@ class Transitions:
             "op": "adopt_pod",
             "uid": uid,
             "sandbox": sandbox_id,
-            "intent": intent_to_dict(intent),
+            "intent": self._intent_form(intent),
             "cpus": str(cpus),
         }
         if mems:
