@@ -196,7 +196,7 @@ class Reconciler:
                 and is_sole_guaranteed_candidate(intent, running[0][0])
             ):
                 intent = as_classic(intent)  # promoted by the single-container inference
-            budget = has_budget(engine, intent.spec)
+            budget = intent.mode is PodMode.BUDGET and has_budget(engine, intent.spec)
             mems = EMPTY
             if not budget and not any(r.exclusive for _, r in running):
                 mems = self._memory_nodes(intent, running)

@@ -547,7 +547,7 @@ class Engine:
             for name in record.container_names():
                 hint = self.topology_manager.get_affinity(uid, name)
                 if hint.numa_affinity is not None or hint.preferred:
-                    affinity.setdefault(uid, {})[name] = hint_to_dict(hint)
+                    affinity.setdefault(uid, {})[name] = self._forms.form(hint, hint_to_dict)
         pods = {uid: r.to_dict(self._forms) for uid, r in self._pods.items()}
         self._forms.done()
         return {

@@ -31,14 +31,11 @@ class Running(NamedTuple):
 def running(ctr: api.Container, parsed: dict[str, CPUSet | None] | None = None) -> Running:
     """The cpuset, mems and exclusivity ``ctr`` runs with; ``parsed`` (optional) remembers the
     sets already read (most containers of a node share a few cpuset strings)."""
-    if not (ctr.HasField("linux") and ctr.linux.HasField("resources")):
-        return Running(None, EMPTY, False)
-    cpu = ctr.linux.resources.cpu
+    cpu = ctr.linux.resources.cpu  # unset messages read as their defaults: "", quota 0
     memo: dict[str, CPUSet | None] = {} if parsed is None else parsed
     cpus = _parse(cpu.cpus, memo)
     mems = _parse(cpu.mems, memo) or EMPTY
-    exclusive = cpu.HasField("quota") and cpu.quota.value == -1
-    return Running(cpus, mems, exclusive)
+    return Running(cpus, mems, cpu.quota.value == -1)
 
 
 def _parse(text: str, memo: dict[str, CPUSet | None]) -> CPUSet | None:
