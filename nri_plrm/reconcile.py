@@ -151,8 +151,9 @@ class Reconciler:
         for uid, sandbox in reported_pods.items():
             if uid not in tables.pods:
                 await self._adopt_pod(sandbox)
+        uids = {p.id: pod_identity(p)[0] for p in pods}
         for ctr in unknown:
-            record = self.host.ledger.pod(pod_identity(by_sandbox[ctr.pod_sandbox_id])[0])
+            record = self.host.ledger.pod(uids[ctr.pod_sandbox_id])
             if record is not None and ctr.id not in tables.ids:
                 self._adopt_container(record, ctr)
         updates: list[api.ContainerUpdate] = []
