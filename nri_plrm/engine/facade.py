@@ -101,7 +101,8 @@ class Engine:
         self._pods: dict[str, AdmittedPod] = {}
         self._node_shared = NodeSharedSet()
         self._deferred = 0
-        self._forms = KeptForms()
+        self.forms = KeptForms()
+        """JSON forms of the specs, containers and hints held (read them only)."""
         self._on_default = ContainerAssignment(
             AssignmentType.NODE_SHARED, self.cpu_manager.default_cpuset, CPUSet()
         )
@@ -547,9 +548,9 @@ class Engine:
             for name in record.container_names():
                 hint = self.topology_manager.get_affinity(uid, name)
                 if hint.numa_affinity is not None or hint.preferred:
-                    affinity.setdefault(uid, {})[name] = self._forms.form(hint, hint_to_dict)
-        pods = {uid: r.to_dict(self._forms) for uid, r in self._pods.items()}
-        self._forms.done()
+                    affinity.setdefault(uid, {})[name] = self.forms.form(hint, hint_to_dict)
+        pods = {uid: r.to_dict(self.forms) for uid, r in self._pods.items()}
+        self.forms.done()
         return {
             "format": SNAPSHOT_FORMAT,
             "cpu": self.cpu_manager.snapshot(),

@@ -141,7 +141,7 @@ class Transitions:
             "uid": uid,
             "name": name,
             "cid": cid,
-            "container": container_to_dict(cspec),
+            "container": self.engine.forms.form(cspec, container_to_dict),
         }
         return assignment, self._changed(uid, changes), op
 
