@@ -43,7 +43,7 @@ from nri_plrm.pool_updates import (
     targets_for,
 )
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.reconcile import Reconciler
+from nri_plrm.reconcile import Reconciler, SyncMemo, intent_of
 from nri_plrm.resizes import Resizes
 from nri_plrm.single_container import DEMOTE, SingleContainerInference
 from nri_plrm.topology.device_numa import DeviceNUMA
@@ -52,7 +52,6 @@ from nri_plrm.translate.nri_to_pod import (
     IntentError,
     container_spec,
     pod_identity,
-    pod_intent,
     resized_budget,
     resized_container,
 )
@@ -101,6 +100,8 @@ class Plugin:
         self.decision_log = self.outcomes.decision_log
         self.lookups = SpecLookups(lookup_timeout, metrics)
         """Each NRI request waits ``lookup_timeout`` seconds at most for pod specs."""
+        self._memo: SyncMemo | None = None
+        """What the current Synchronize already worked out per pod (lookups, intents)."""
         self.runtime = ("", "")
         self.sent = SentUpdates()
         """What the runtime was sent lately: updates that would repeat it are left out."""
@@ -162,7 +163,7 @@ class Plugin:
         if self._known_sandbox(uid, pod.id):
             return
         try:
-            intent = pod_intent(pod)
+            intent = intent_of(pod, self._memo)
         except IntentError as exc:
             raise NRIError(f"pod {namespace}/{name}: {exc}") from exc
         spec, intent = with_devices(found, spec, intent)
@@ -325,13 +326,15 @@ class Plugin:
         start = time.perf_counter()
         collecting = gc.isenabled()
         gc.disable()  # it builds the node's state: collecting half-way is wasted work
+        self._memo = memo = SyncMemo()
         try:
             with self.lookups.batch(), self.ledger.batch():
-                reconciler = Reconciler(self)
+                reconciler = Reconciler(self, memo)
                 updates = await reconciler.run(pods, containers)
         except NotSavedError as exc:
             raise NRIError(f"reconciliation not applied: {exc}") from exc
         finally:
+            self._memo = None
             if collecting:
                 gc.freeze()  # what it built lives as long as the plugin: no collection walks it
                 gc.enable()
@@ -422,13 +425,16 @@ class Plugin:
             self.flusher.queue(changes, grown=grown)
 
 
+_REASONS = {
+    AssignmentType.NODE_EXCLUSIVE: "exclusive slice from the node",
+    AssignmentType.POD_EXCLUSIVE: "exclusive slice from the pod budget",
+    AssignmentType.POD_SHARED: "pod shared pool",
+    AssignmentType.NODE_SHARED: "node shared pool",
+}
+
+
 def _reason(assignment: ContainerAssignment) -> str:
-    return {
-        AssignmentType.NODE_EXCLUSIVE: "exclusive slice from the node",
-        AssignmentType.POD_EXCLUSIVE: "exclusive slice from the pod budget",
-        AssignmentType.POD_SHARED: "pod shared pool",
-        AssignmentType.NODE_SHARED: "node shared pool",
-    }[assignment.assignment]
+    return _REASONS[assignment.assignment]
 
 
 def _log_admitted(

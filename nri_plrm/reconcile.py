@@ -24,7 +24,9 @@ from nri_plrm.nri.handlers import NRIError
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.nri_to_pod import (
     IntentError,
+    PodIntent,
     PodMode,
+    QOSClass,
     as_classic,
     container_spec,
     is_sole_guaranteed_candidate,
@@ -36,6 +38,30 @@ from nri_plrm.translate.pod_to_cri import (
     assignment_update,
     milli_cpu_to_quota,
 )
+
+
+class SyncMemo:
+    """What one Synchronize already worked out per pod, so that no step repeats it: the NRI
+    intent of each sandbox (a node's worth of pods is otherwise read twice: to keep it, then to
+    admit it). The API lookups are memoized by ``SpecLookups.batch``."""
+
+    def __init__(self) -> None:
+        self.intents: dict[str, PodIntent] = {}
+
+    def intent(self, pod: api.PodSandbox) -> PodIntent:
+        """:func:`pod_intent` of ``pod``, read once per sandbox id (raises ``IntentError``
+        as it does, every time)."""
+        known = self.intents.get(pod.id) if pod.id else None
+        if known is None:
+            known = pod_intent(pod)
+            if pod.id:
+                self.intents[pod.id] = known
+        return known
+
+
+def intent_of(pod: api.PodSandbox, memo: SyncMemo | None) -> PodIntent:
+    """The pod's NRI intent, through ``memo`` inside a Synchronize."""
+    return pod_intent(pod) if memo is None else memo.intent(pod)
 
 
 class ReconcileHost(Protocol):
@@ -71,9 +97,12 @@ class Reconciler:
     """One Synchronize's reconciliation; ``counts`` says what it did (``kept``, ``placed``,
     ``node_shared``)."""
 
-    def __init__(self, host: ReconcileHost) -> None:
+    def __init__(self, host: ReconcileHost, memo: SyncMemo | None = None) -> None:
         self.host = host
+        self.memo = SyncMemo() if memo is None else memo
         self.counts: collections.Counter[str] = collections.Counter()
+        self.memory_kept: set[str] = set()
+        """Pods admitted with the memory nodes their shared containers run on."""
 
     def log_summary(self, pods: int, containers: int, updates: int, start: float) -> None:
         """One INFO line for the whole Synchronize (``start``: its ``perf_counter``)."""
@@ -121,8 +150,9 @@ class Reconciler:
         for uid, sandbox in reported_pods.items():
             if uid not in tables.pods:
                 await self._adopt_pod(sandbox)
+        uids = {p.id: pod_identity(p)[0] for p in pods}
         for ctr in unknown:
-            record = self.host.ledger.pod(pod_identity(by_sandbox[ctr.pod_sandbox_id])[0])
+            record = self.host.ledger.pod(uids[ctr.pod_sandbox_id])
             if record is not None and ctr.id not in tables.ids:
                 self._adopt_container(record, ctr)
         updates: list[api.ContainerUpdate] = []
@@ -159,16 +189,19 @@ class Reconciler:
             return
         engine = self.host.ledger.engine
         try:
-            intent = pod_intent(sandbox)
+            intent = self.memo.intent(sandbox)
             if (
                 len(running) == 1
                 and running[0][1].exclusive
                 and is_sole_guaranteed_candidate(intent, running[0][0])
             ):
                 intent = as_classic(intent)  # promoted by the single-container inference
-            budget = has_budget(engine, intent.spec)
+            budget = intent.mode is PodMode.BUDGET and has_budget(engine, intent.spec)
+            mems = EMPTY
             if not budget and not any(r.exclusive for _, r in running):
-                return
+                mems = self._memory_nodes(intent, running)
+                if not mems:
+                    return
             members = [
                 (exclusive_request(engine, intent.spec, container_spec(intent, c)), r)
                 for c, r in running
@@ -185,30 +218,51 @@ class Reconciler:
                 *(r.cpus for n, r in members if n > 0 and r.cpus and len(r.cpus) == n)
             )
             claimed = claimed & free
-        if not claimed:
+        if not claimed and not mems:
             return
         try:
-            record = self.host.ledger.adopt_pod(uid, sandbox.id, intent, claimed, pinned)
+            record = self.host.ledger.adopt_pod(uid, sandbox.id, intent, claimed, pinned, mems)
         except AdoptionError as exc:
             self.host.log.info("pod=%s/%s keeps no cpus it runs on: %s", namespace, name, exc)
             return
         except NotSavedError as exc:
             raise NRIError(str(exc)) from exc
+        if mems:
+            self.memory_kept.add(uid)
         self.host.log.debug(
-            "pod=%s uid=%s adopted with the cpus it runs on: %s",
+            "pod=%s uid=%s adopted with the cpus it runs on: %s, mems %s",
             record.label(),
             uid,
-            engine.pod_cpus(uid) or claimed,
+            engine.pod_cpus(uid) or claimed or "-",
+            mems or "-",
             extra={"plrm": {"event": "admit", "pod": record.label(), "uid": uid}},
         )
+
+    def _memory_nodes(
+        self, intent: PodIntent, running: Sequence[tuple[api.Container, rebuild.Running]]
+    ) -> CPUSet:
+        """The memory nodes a Guaranteed pod without exclusive containers keeps (its shared
+        containers' common mems) when the memory manager pins memory; empty otherwise."""
+        engine = self.host.ledger.engine
+        if intent.qos is not QOSClass.GUARANTEED or not engine.memory_manager.static:
+            return EMPTY
+        return rebuild.shared_mems(r for _, r in running)
 
     def _keep_container(
         self, sandbox: api.PodSandbox, ctr: api.Container, now: rebuild.Running
     ) -> None:
-        """Record a running exclusive container with the cpuset it runs on, when valid."""
+        """Record a running exclusive container with the cpuset it runs on, when valid; place a
+        shared container of a pod that kept its memory nodes now, before other pods' containers
+        can take that memory."""
+        uid = pod_identity(sandbox)[0]
+        if uid in self.memory_kept and not now.exclusive:
+            record = self.host.ledger.pod(uid)
+            if record is not None and ctr.id not in self.host.ledger.tables.ids:
+                self._adopt_container(record, ctr)
+            return
         if now.cpus is None or not now.exclusive:
             return
-        record = self.host.ledger.pod(pod_identity(sandbox)[0])
+        record = self.host.ledger.pod(uid)
         if record is None or not record.managed or record.spec is not None:
             return
         try:
@@ -258,7 +312,7 @@ class Reconciler:
             await self.host.run_pod_sandbox(pod)
         except NRIError as exc:
             uid = pod_identity(pod)[0]
-            self.host.ledger.leave_unmanaged(uid, pod.id, pod_intent(pod))
+            self.host.ledger.leave_unmanaged(uid, pod.id, self.memo.intent(pod))
             self.host.log.warning(
                 "pod=%s/%s uid=%s exists but cannot be placed, its containers run in the node "
                 "shared pool: %s",

@@ -36,18 +36,24 @@ class SingleContainerInference:
         self.log = log
         self.event = event
 
+    @staticmethod
+    def step(record: PodRecord, container: api.Container) -> str | None:
+        """The step placing ``container`` calls for: ``PROMOTE``, ``DEMOTE`` or None."""
+        if record.spec is not None or container.name in record.containers:
+            return None
+        if is_promoted(record.intent) and record.containers:
+            return DEMOTE
+        if not record.containers and is_sole_guaranteed_candidate(record.intent, container):
+            return PROMOTE
+        return None
+
     def before_place(
         self, record: PodRecord, container: api.Container
     ) -> tuple[str | None, Changes]:
         """Promote or demote the pod before ``container`` is placed; the step taken and the
         other containers it changed. Raises ``NRIError`` (nothing changed) when refused."""
-        if record.spec is not None or container.name in record.containers:
-            return None, {}
-        if is_promoted(record.intent) and record.containers:
-            kind = DEMOTE
-        elif not record.containers and is_sole_guaranteed_candidate(record.intent, container):
-            kind = PROMOTE
-        else:
+        kind = self.step(record, container)
+        if kind is None:
             return None, {}
         try:
             changes = self.ledger.reclass(record.uid, kind)
@@ -73,7 +79,11 @@ class SingleContainerInference:
         """``place`` the container after the inference, as one compound decision (the other
         pods' containers are reported once, when the node shared pool ended elsewhere); the
         step taken. A refused container raises ``NRIError``: the step is taken back and what
-        moved is sent later."""
+        moved is sent later. Without a step it is an ordinary decision (the most frequent:
+        a cold Synchronize places thousands), made without the compound bookkeeping."""
+        if self.step(record, container) is None:
+            assignment, placed = place(record, container)
+            return assignment, placed, None
         undone: Changes = {}
         try:
             with self.ledger.net_changes() as net:

@@ -84,6 +84,7 @@ def adopt_sandbox(
     aggregate: ResourceList | None,
     claimed: CPUSet,
     avoid: CPUSet = EMPTY,
+    mems: CPUSet = EMPTY,
 ) -> CPUSet:
     """Admit a running pod keeping the CPUs its containers hold.
 
@@ -91,9 +92,10 @@ def adopt_sandbox(
     exclusive slices and shared pool as they run), completed to its size on the same NUMA
     nodes, preferring CPUs outside ``avoid`` (what other running containers hold); its memory
     budget is charged on the NUMA nodes of the CPUs. Other pods reserve nothing: their pod hint
-    is the NUMA nodes of ``claimed``, or merged as at ``RunPodSandbox`` when nothing is claimed
-    (none when that merge fails: the pod runs already). Returns the budget's CPUs (empty when
-    none). Raises :class:`AdoptionError`; nothing changes then.
+    is the NUMA nodes of ``claimed``, else the NUMA nodes ``mems`` (the memory nodes its shared
+    containers run on), or merged as at ``RunPodSandbox`` when neither is given (none when that
+    merge fails: the pod runs already). Returns the budget's CPUs (empty when none). Raises
+    :class:`AdoptionError`; nothing changes then.
     """
     uid = pod.uid
     if uid in engine._pods:
@@ -103,8 +105,11 @@ def adopt_sandbox(
     cpu, mem = engine.cpu_manager, engine.memory_manager
     if not has_budget(engine, pod):
         record = AdmittedPod(spec=bare, mode=mode)
+        nodes = [n for n in mems if n in engine.topology.numa_nodes]
         if engine._pod_scope and claimed:
             record.hint = TopologyHint(numa_mask(engine, claimed), True)
+        elif engine._pod_scope and nodes:
+            record.hint = TopologyHint(mask_of(nodes), True)
         elif engine._pod_scope and aggregate:
             try:
                 engine.admit_sandbox(pod, aggregate)

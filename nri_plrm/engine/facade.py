@@ -31,6 +31,7 @@ from nri_plrm.engine.device_manager import DeviceManager
 from nri_plrm.engine.invariants import accounting_problems, placement_problems
 from nri_plrm.engine.memory_manager import MemoryManager
 from nri_plrm.engine.memory_state import MemoryManagerConfig
+from nri_plrm.engine.node_shared import NodeSharedSet
 from nri_plrm.engine.pod_budget import check_slice, cpu_pool_emptied, memory_pool_emptied
 from nri_plrm.engine.spec import (
     CPU,
@@ -100,9 +101,10 @@ class Engine:
         self.memory_manager = MemoryManager(topology, config.memory_manager)
         self.device_manager = DeviceManager(topology)
         self._pods: dict[str, AdmittedPod] = {}
-        self._node_shared: set[tuple[str, str]] = set()
+        self._node_shared = NodeSharedSet()
         self._deferred = 0
-        self._forms = KeptForms()
+        self.forms = KeptForms()
+        """JSON forms of the specs, containers and hints held (read them only)."""
         self._on_default = ContainerAssignment(
             AssignmentType.NODE_SHARED, self.cpu_manager.default_cpuset, CPUSet()
         )
@@ -381,7 +383,7 @@ class Engine:
         before = self.cpu_manager.default_cpuset
         self._rollback(pod_uid)
         self._pods.pop(pod_uid, None)
-        self._node_shared = {k for k in self._node_shared if k[0] != pod_uid}
+        self._node_shared.discard_pod(pod_uid)
         return self._changes_since(before)
 
     # -- in-place resize (nri_plrm/engine/resize.py) -------------------------------------------
@@ -466,20 +468,12 @@ class Engine:
     def _assignment_of(self, pod_uid: str, name: str) -> ContainerAssignment:
         cpu, mem = self.cpu_manager, self.memory_manager
         if cpu.assignment(pod_uid, name) is None and not mem.has_blocks(pod_uid, name):
-            return self._node_shared_assignment()
+            return self.node_shared_assignment()
         atype = cpu.assignment_type(pod_uid, name)
         blocks = mem.container_blocks(pod_uid, name) or ()
         mems = CPUSet(mem.numa_nodes_for(pod_uid, name))
         reported = () if atype is AssignmentType.POD_SHARED else blocks
         return ContainerAssignment(atype, cpu.cpus_for(pod_uid, name), mems, reported)
-
-    def _node_shared_assignment(self) -> ContainerAssignment:
-        """The assignment of a container with neither CPUs nor memory of its own: one object
-        per node shared pool, shared by every such container (they all run there)."""
-        default = self.cpu_manager.default_cpuset
-        if self._on_default.cpus is not default:
-            self._on_default = ContainerAssignment(AssignmentType.NODE_SHARED, default, CPUSet())
-        return self._on_default
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -502,7 +496,7 @@ class Engine:
         out: dict[tuple[str, str], ContainerAssignment] = {}
         for uid, record in self._pods.items():
             names = record.container_names()
-            names += [n for u, n in self._node_shared if u == uid and n not in names]
+            names += [n for n in self._node_shared.names(uid) if n not in names]
             for name in names:
                 out[(uid, name)] = self._assignment_of(uid, name)
         return out
@@ -522,8 +516,12 @@ class Engine:
 
     def node_shared_assignment(self) -> ContainerAssignment:
         """The assignment of every container on the node shared pool without memory of its
-        own: one object per pool (a new one once the pool moved)."""
-        return self._node_shared_assignment()
+        own: one object per pool (a new one once the pool moved), shared by every such
+        container (they all run there)."""
+        default = self.cpu_manager.default_cpuset
+        if self._on_default.cpus is not default:
+            self._on_default = ContainerAssignment(AssignmentType.NODE_SHARED, default, CPUSet())
+        return self._on_default
 
     def pod_cpus(self, pod_uid: str) -> CPUSet | None:
         """The CPUs reserved for a pod-level pod (its bubble), or None."""
@@ -548,9 +546,9 @@ class Engine:
             for name in record.container_names():
                 hint = self.topology_manager.get_affinity(uid, name)
                 if hint.numa_affinity is not None or hint.preferred:
-                    affinity.setdefault(uid, {})[name] = hint_to_dict(hint)
-        pods = {uid: r.to_dict(self._forms) for uid, r in self._pods.items()}
-        self._forms.done()
+                    affinity.setdefault(uid, {})[name] = self.forms.form(hint, hint_to_dict)
+        pods = {uid: r.to_dict(self.forms) for uid, r in self._pods.items()}
+        self.forms.done()
         return {
             "format": SNAPSHOT_FORMAT,
             "cpu": self.cpu_manager.snapshot(),
@@ -586,7 +584,8 @@ class Engine:
             engine._pods = {
                 str(uid): AdmittedPod.from_dict(r) for uid, r in dict(data.get("pods", {})).items()
             }
-            engine._node_shared = {(str(u), str(n)) for u, n in data.get("nodeShared", [])}
+            shared = data.get("nodeShared", [])
+            engine._node_shared = NodeSharedSet((str(u), str(n)) for u, n in shared)
         except (KeyError, TypeError, ValueError) as err:
             raise EngineStateError(f"engine snapshot: {err}") from err
         return engine

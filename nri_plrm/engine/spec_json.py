@@ -106,7 +106,7 @@ class KeptForms:
         """``convert(obj)``, or the form kept for this very object (it is frozen). One instance
         serves one ``convert`` per kind of object."""
         key = id(obj)  # not reused meanwhile: an entry keeps its object alive
-        entry = self._kept.get(key)
+        entry = self._used.get(key) or self._kept.get(key)
         if entry is None:
             entry = (obj, convert(obj))
         self._used[key] = entry

@@ -18,7 +18,7 @@ from typing import Any
 
 from nri_plrm.checkpoint.journal import JournalError
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.facade import Changes, Engine
 from nri_plrm.engine.spec import (
     AdmissionError,
@@ -274,11 +274,18 @@ class NodeLedger:
         self.commit(self._state.leave_unmanaged(uid, sandbox_id, intent))
 
     def adopt_pod(
-        self, uid: str, sandbox_id: str, intent: PodIntent, claimed: CPUSet, avoid: CPUSet
+        self,
+        uid: str,
+        sandbox_id: str,
+        intent: PodIntent,
+        claimed: CPUSet,
+        avoid: CPUSet,
+        mems: CPUSet = EMPTY,
     ) -> PodRecord:
-        """Admit a running pod keeping the CPUs its containers hold (issue 12). Raises
-        ``AdoptionError`` (nothing changed) or :class:`NotSavedError`."""
-        record, op = self._state.adopt_pod(uid, sandbox_id, intent, claimed, avoid)
+        """Admit a running pod keeping the CPUs its containers hold, or the memory nodes its
+        shared containers run on (issues 12, 28). Raises ``AdoptionError`` (nothing changed) or
+        :class:`NotSavedError`."""
+        record, op = self._state.adopt_pod(uid, sandbox_id, intent, claimed, avoid, mems)
         self.commit(op)
         self._count_admission(None)
         return record

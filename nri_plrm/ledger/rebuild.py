@@ -12,14 +12,13 @@ CPUs a pod-level pod's budget must keep.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.proto import nri_api_pb2 as api
 
 
-@dataclass(frozen=True)
-class Running:
+class Running(NamedTuple):
     """What a container runs on, as Synchronize reports it."""
 
     cpus: CPUSet | None
@@ -32,14 +31,11 @@ class Running:
 def running(ctr: api.Container, parsed: dict[str, CPUSet | None] | None = None) -> Running:
     """The cpuset, mems and exclusivity ``ctr`` runs with; ``parsed`` (optional) remembers the
     sets already read (most containers of a node share a few cpuset strings)."""
-    if not (ctr.HasField("linux") and ctr.linux.HasField("resources")):
-        return Running(None, EMPTY, False)
-    cpu = ctr.linux.resources.cpu
+    cpu = ctr.linux.resources.cpu  # unset messages read as their defaults: "", quota 0
     memo: dict[str, CPUSet | None] = {} if parsed is None else parsed
     cpus = _parse(cpu.cpus, memo)
     mems = _parse(cpu.mems, memo) or EMPTY
-    exclusive = cpu.HasField("quota") and cpu.quota.value == -1
-    return Running(cpus, mems, exclusive)
+    return Running(cpus, mems, cpu.quota.value == -1)
 
 
 def _parse(text: str, memo: dict[str, CPUSet | None]) -> CPUSet | None:
@@ -82,6 +78,14 @@ def pinned(running: Iterable[Running]) -> CPUSet:
         if r.exclusive and r.cpus is not None:
             out = out | r.cpus
     return out
+
+
+def shared_mems(running: Iterable[Running]) -> CPUSet:
+    """The memory nodes a pod's shared (not exclusive) containers run on when they agree: the
+    one ``mems`` every such container that reports one has; empty when none reports one or
+    two differ (nothing consistent to keep)."""
+    found = {r.mems for r in running if not r.exclusive and r.mems}
+    return next(iter(found)) if len(found) == 1 else EMPTY
 
 
 def budget_claim(

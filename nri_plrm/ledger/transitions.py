@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.adoption import adopt_container, adopt_sandbox, place_in_node_pool
@@ -69,6 +69,11 @@ class Transitions:
         self.changed_pods.clear()
         self.followed_pool.clear()
 
+    def _intent_form(self, intent: PodIntent) -> dict[str, Any]:
+        """The intent's JSON-able form for an op, shared with the next snapshot (both only
+        read it): a Synchronize admitting a node's worth of pods converts each intent once."""
+        return cast(dict[str, Any], self.tables.intent_forms.form(intent, intent_to_dict))
+
     def _changed(self, uid: str, changes: Changes) -> Changes:
         self.changed_pods.add(uid)
         self.note(changes)
@@ -89,7 +94,7 @@ class Transitions:
             "op": "admit",
             "uid": uid,
             "sandbox": sandbox_id,
-            "intent": intent_to_dict(intent),
+            "intent": self._intent_form(intent),
         }
         op["spec"] = None if spec is None else spec_to_dict(spec)
         return record, self._changed(uid, changes), op
@@ -107,7 +112,7 @@ class Transitions:
             "op": "unmanaged",
             "uid": uid,
             "sandbox": sandbox_id,
-            "intent": intent_to_dict(intent),
+            "intent": self._intent_form(intent),
         }
 
     def place(
@@ -136,18 +141,25 @@ class Transitions:
             "uid": uid,
             "name": name,
             "cid": cid,
-            "container": container_to_dict(cspec),
+            "container": self.engine.forms.form(cspec, container_to_dict),
         }
         return assignment, self._changed(uid, changes), op
 
     # Issue 12, rebuild from what runs: allocations adopted as they run, node shared fallback.
 
     def adopt_pod(
-        self, uid: str, sandbox_id: str, intent: PodIntent, claimed: CPUSet, avoid: CPUSet = EMPTY
+        self,
+        uid: str,
+        sandbox_id: str,
+        intent: PodIntent,
+        claimed: CPUSet,
+        avoid: CPUSet = EMPTY,
+        mems: CPUSet = EMPTY,
     ) -> tuple[PodRecord, Op]:
-        """Admit a running pod keeping the CPUs its containers hold (``engine.adoption``).
-        Raises ``AdoptionError``; nothing changes then."""
-        adopt_sandbox(self.engine, intent.spec, intent.aggregate, claimed, avoid)
+        """Admit a running pod keeping the CPUs its containers hold, or the memory nodes its
+        shared containers run on (``engine.adoption``). Raises ``AdoptionError``; nothing
+        changes then."""
+        adopt_sandbox(self.engine, intent.spec, intent.aggregate, claimed, avoid, mems)
         record = PodRecord(intent=intent, sandbox_id=sandbox_id)
         self.tables.pods[uid] = record
         self.changed_pods.add(uid)
@@ -156,9 +168,11 @@ class Transitions:
             "op": "adopt_pod",
             "uid": uid,
             "sandbox": sandbox_id,
-            "intent": intent_to_dict(intent),
+            "intent": self._intent_form(intent),
             "cpus": str(cpus),
         }
+        if mems:
+            op["mems"] = str(mems)
         return record, op
 
     def adopt(
@@ -296,6 +310,7 @@ class Transitions:
                 str(op["sandbox"]),
                 intent_from_dict(op["intent"]),
                 CPUSet.parse(str(op["cpus"])),
+                mems=CPUSet.parse(str(op.get("mems", ""))),
             )
         elif kind == "adopt":
             self.adopt(

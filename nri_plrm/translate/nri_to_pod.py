@@ -80,20 +80,18 @@ class ResourceValues:
         """Read an NRI ``LinuxResources`` (None or unset wrappers read as 0)."""
         if resources is None:
             return cls()
-        cpu = resources.cpu if resources.HasField("cpu") else None
-        memory = resources.memory if resources.HasField("memory") else None
         hugepages: dict[str, int] = {}
         for limit in resources.hugepage_limits:
             if limit.limit > 0:
                 name = hugepage_resource(limit.page_size)
                 hugepages[name] = hugepages.get(name, 0) + limit.limit
+        # An unset message or wrapper reads as its default: the value 0 (no HasField needed).
+        cpu = resources.cpu
         return cls(
-            cpu_shares=cpu.shares.value if cpu is not None and cpu.HasField("shares") else 0,
-            cpu_quota=cpu.quota.value if cpu is not None and cpu.HasField("quota") else 0,
-            cpu_period=cpu.period.value if cpu is not None and cpu.HasField("period") else 0,
-            memory_limit=(
-                memory.limit.value if memory is not None and memory.HasField("limit") else 0
-            ),
+            cpu_shares=cpu.shares.value,
+            cpu_quota=cpu.quota.value,
+            cpu_period=cpu.period.value,
+            memory_limit=resources.memory.limit.value,
             hugepage_limits=hugepages,
         )
 

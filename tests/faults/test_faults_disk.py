@@ -184,3 +184,88 @@ def test_read_only_state_directory_refuses_to_start(tmp_path: Path) -> None:
     assert run.returncode != 0
     assert str(state) in run.stderr, run.stderr
     assert "Traceback" not in run.stderr, run.stderr
+
+
+def budget_pod(uid: str) -> PodSpec:
+    """A budget pod whose first container (no resources) is promoted, then demoted by the
+    second (issue 28)."""
+    budget = {"cpu": 4000, "memory": 2 * GI}
+    return PodSpec(
+        uid=uid,
+        name=uid,
+        requests=budget,
+        limits=budget,
+        containers=(ContainerSpec("app"), ContainerSpec("logger")),
+    )
+
+
+def journal_lines(tmp: Path) -> list[bytes]:
+    return (tmp / "state" / "journal.jsonl").read_bytes().splitlines(keepends=True)
+
+
+def test_disk_full_between_demotion_and_placement_is_repaired_by_synchronize(
+    tmp_path: Path,
+) -> None:
+    """The disk fills up right after the demotion is written, before the second container's
+    placement: the placement is refused and the undo (promoting the pod again) cannot be written
+    either, so the pod stays demoted while the runtime still runs its first container with
+    quota -1. The next Synchronize (after a SIGKILL and restart) gives it the budget's quota
+    back (issue 28)."""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    (gates / "hold").touch()  # no fold replaces the journal while its lines are counted
+    daemon = ForkedDaemon(prepare(tmp_path))
+
+    async def main() -> None:
+        sim = await NRISimulator.start(str(tmp_path / "nri.sock"))
+        rt = FakeRuntime(sim)
+        daemon.start(hold_folds=(gates, "write"))
+        try:
+            await sim.wait_registered(timeout=60)
+            for i in range(4):
+                await rt.launch(pod(f"filler-{i}"))
+            # a dry run measures the demotion's and the placement's journal lines
+            dry = budget_pod("dry-run-0")
+            sandbox = await rt.run_pod(dry)
+            await rt.create(sandbox, dry, dry.containers[0])
+            before = len(journal_lines(tmp_path))
+            await rt.create(sandbox, dry, dry.containers[1])
+            demoted, placed = journal_lines(tmp_path)[before:]
+            assert b'"demote"' in demoted and b'"place"' in placed
+
+            spec = budget_pod("full-run-0")
+            sandbox = await rt.run_pod(spec)
+            await rt.create(sandbox, spec, spec.containers[0])
+            assert rt.applied(sandbox, "app").quota == -1  # promoted
+            size = (tmp_path / "state" / "journal.jsonl").stat().st_size
+            daemon.limit_file_size(size + len(demoted) + len(placed) // 2)
+            with pytest.raises(TtrpcError, match="decision not applied"):
+                await rt.create(sandbox, spec, spec.containers[1])
+            # the undo was not written either: the journal still ends with the demotion
+            assert b'"demote"' in journal_lines(tmp_path)[-1]
+            assert rt.applied(sandbox, "app").quota == -1  # the runtime was never told
+            daemon.limit_file_size(None)
+
+            await daemon.kill()
+            sim.pods, sim.containers = rt.sync_lists()
+            old = sim.session
+            (gates / "hold").unlink()
+            daemon.start()
+            await daemon.wait_new_session(sim, old)
+            session = await sim.wait_registered(timeout=30)
+            assert session.sync_reply is not None
+            rt.apply_updates(session.sync_reply.update)
+            await rt.settle()
+            assert rt.applied(sandbox, "app").quota == 400_000
+            engine = checkpointed_engine(tmp_path)
+            app = engine.assignment(spec.uid, "app")
+            assert app is not None and not app.exclusive
+            assert rt.cpus_of(sandbox, "app") == app.cpus
+            uids = {p.uid for p in rt.pods.values()}
+            assert check(engine, rt, uids) == []
+            assert await daemon.terminate() == 0
+        finally:
+            await daemon.kill()
+            await sim.close()
+
+    asyncio.run(main())

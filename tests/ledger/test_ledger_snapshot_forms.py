@@ -32,12 +32,12 @@ def new_pod(kind: int, uid: str) -> PodSpec:
 
 def converted_from_scratch(ledger: NodeLedger) -> dict[str, Any]:
     engine, tables = ledger.engine, ledger.tables
-    kept = engine._forms, tables.intent_forms
-    engine._forms, tables.intent_forms = KeptForms(), KeptForms()
+    kept = engine.forms, tables.intent_forms
+    engine.forms, tables.intent_forms = KeptForms(), KeptForms()
     try:
         return ledger.snapshot(1)
     finally:
-        engine._forms, tables.intent_forms = kept
+        engine.forms, tables.intent_forms = kept
 
 
 @settings(max_examples=60, deadline=None)

@@ -7,9 +7,11 @@ import asyncio
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
+from cpu_pods import container
 from plrm_harness import serve, stored_plugin
 from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
@@ -217,5 +219,55 @@ def test_a_pod_demoted_at_synchronize_gets_its_budget_quota_back(tmp_path: Path)
         assert app is not None and not app.exclusive
         assert rt.applied(pod, "app").quota == 400_000
         assert rt.cpus_of(pod, "app") == app.cpus
+
+    asyncio.run(main())
+
+
+def test_state_lost_keeps_shared_guaranteed_pods_on_their_memory_nodes(tmp_path: Path) -> None:
+    """The state directory is deleted and a pod removed while the plugin is down. Guaranteed
+    pods whose containers are all shared (fractional CPUs) run with their memory pinned: the
+    restart keeps each pod on the NUMA node its containers run on (no update moves them) and
+    charges their memory there, instead of deciding again, which moved them to the freed node
+    and left the last ones without memory accounting (issue 28)."""
+    shared = PodSpec(
+        uid="uid-all-shared",
+        name="all-shared",
+        containers=tuple(container(f"c{i}", "500m", memory="1G") for i in range(3)),
+    )
+    classic = [
+        PodSpec(uid=f"uid-cl{i}", name=f"cl{i}", containers=(container("c", "500m", memory="4G"),))
+        for i in range(8)
+    ]
+
+    async def main() -> None:
+        plugin = stored_plugin(tmp_path / "state")
+        async with serve(plugin, str(tmp_path / "nri.sock"), clean_stop=False) as s:
+            rt = s.runtime
+            fill = container("f", "500m", memory="12G")
+            filler = await rt.launch(PodSpec(uid="uid-fill", name="fill", containers=(fill,)))
+            specs = (shared, *classic)
+            pods = [await rt.launch(spec) for spec in specs]
+            await rt.settle()
+        before = {
+            (spec.uid, c.name): rt.applied(pod, c.name).mems
+            for spec, pod in zip(specs, pods, strict=True)
+            for c in spec.containers
+        }
+        assert len(set(before.values())) > 1  # spread over the NUMA nodes, not node 0 only
+        await rt.remove_pod(filler)  # frees node 0: a fresh decision would move pods there
+        shutil.rmtree(tmp_path / "state")
+        plugin, problems = await second_life(tmp_path, rt)
+        assert problems == []
+        assert rt.sync_updates == 0
+        engine = plugin.ledger.engine
+        for (uid, name), mems in before.items():
+            assignment = engine.assignment(uid, name)
+            assert assignment is not None
+            assert str(assignment.mems) == mems, (uid, name)
+            assert [b.numa_nodes for b in assignment.memory] == [(int(mems),)], (uid, name)
+        # the checkpoint Synchronize wrote restores the same decisions
+        again, problems = await second_life(tmp_path, rt)
+        assert problems == [] and rt.sync_updates == 0
+        assert again.ledger.engine.assignments() == engine.assignments()
 
     asyncio.run(main())

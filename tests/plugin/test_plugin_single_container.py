@@ -21,6 +21,7 @@ from nri_plrm.metrics import Metrics
 from nri_plrm.plugin import Plugin
 from nri_plrm.podresources.report import pod_message
 from nri_plrm.topology.machines import MACHINES
+from nri_plrm.ttrpc.messages import TtrpcError
 
 GI = 1 << 30
 SCOPES = ("pod", "container")
@@ -191,5 +192,61 @@ def test_promotion_and_demotion_send_no_update_to_other_pods(tmp_path: Path) -> 
             for p in besteffort:
                 (c,) = views[p.uid].containers
                 assert c.assignment is not None and c.assignment.cpus == pool
+
+    asyncio.run(main())
+
+
+def shared_with_quota_minus_one(plugin: Plugin, rt: object) -> list[str]:
+    """Containers the plugin holds on a shared pool that the runtime runs unthrottled."""
+    engine = plugin.ledger.engine
+    found = []
+    for pod in rt.pods.values():  # type: ignore[attr-defined]
+        for rc in rt.containers.values():  # type: ignore[attr-defined]
+            if rc.msg.pod_sandbox_id != pod.id:
+                continue
+            assignment = engine.assignment(pod.uid, rc.msg.name)
+            if assignment is not None and not assignment.exclusive and rc.applied.quota == -1:
+                found.append(f"{pod.name}/{rc.msg.name}")
+    return found
+
+
+def test_a_demotion_on_create_container_never_leaves_quota_minus_one(tmp_path: Path) -> None:
+    """CreateContainer path (issue 28): the promoted first container gets the budget's quota in
+    the reply that demotes the pod; when the second container is refused after the demotion,
+    the pod is promoted again and the first container keeps its exclusive CPUs; a later
+    container demotes it for good. At no step does a shared container run with quota -1.
+    Scope pod: the pod budget refuses a slice that leaves its pool empty."""
+    budget = {"cpu": 4000, "memory": 2 * GI}
+    greedy = {"cpu": 4000, "memory": GI}
+    spec = PodSpec(
+        uid="uid-one",
+        name="one",
+        requests=budget,
+        limits=budget,
+        containers=(
+            ContainerSpec("app"),
+            ContainerSpec("greedy", requests=greedy, limits=greedy),  # would empty the pool
+            ContainerSpec("logger"),
+        ),
+    )
+    plugin = new_plugin(tmp_path, "pod")
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            rt = s.runtime
+            pod = await rt.run_pod(spec)
+            await rt.create(pod, spec, spec.containers[0])
+            assert rt.applied(pod, "app").quota == -1  # promoted
+            assert shared_with_quota_minus_one(plugin, rt) == []
+            with pytest.raises(TtrpcError):
+                await rt.create(pod, spec, spec.containers[1])
+            await rt.settle()
+            assert shared_with_quota_minus_one(plugin, rt) == []
+            app = plugin.ledger.engine.assignment(spec.uid, "app")
+            assert app is not None and app.exclusive  # promoted again
+            await rt.create(pod, spec, spec.containers[2])
+            await rt.settle()
+            assert rt.applied(pod, "app").quota == 400_000
+            assert shared_with_quota_minus_one(plugin, rt) == []
 
     asyncio.run(main())
