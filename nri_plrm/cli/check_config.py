@@ -24,7 +24,7 @@ def cmd_check_config(args: argparse.Namespace, out: TextIO) -> int:
     problems = host_problems(config)
     if problems:
         raise UsageError(*(f"{args.file}: {e}" for e in problems))
-    given = bool(args.topology or args.sysfs)
+    given = args.topology is not None or args.sysfs is not None
     try:
         topology = machine(args, config, None)
     except (UsageError, CommandError) as exc:
