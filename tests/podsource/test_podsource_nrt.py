@@ -347,7 +347,9 @@ def test_a_burst_of_50_changes_is_written_at_most_twice_per_second(tmp_path: Pat
         gaps = [b.at - a.at for a, b in itertools.pairwise(burst)]
         figures["min_gap"] = min(gaps) if gaps else 0.0
         print("nrt burst figures:", {k: round(v, 3) for k, v in figures.items()})
-        assert len(burst) <= 2
+        # one write at once, then at most one per interval while the burst lasts and one
+        # after it (a burst slowed by a loaded machine spans more intervals)
+        assert len(burst) <= 2 + int(figures["burst_seconds"] / 1.0)
         assert all(gap >= 0.95 for gap in gaps)
         # published within the interval (plus scheduling slack on a loaded machine)
         assert figures["last_write_after_last_change"] <= 1.0 + 0.3
