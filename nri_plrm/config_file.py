@@ -5,8 +5,6 @@ the kubelet's option rules are the engine's own."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import stat
 import sys
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -30,6 +28,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+from nri_plrm.bounded_file import InputFileError, read_regular_file
 from nri_plrm.config import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -101,32 +100,9 @@ def read_config_bytes(p: Path) -> bytes:
     """The bytes of the configuration file ``p``: a regular file of at most 1 MiB, opened
     without blocking (a FIFO or device is refused); raises ``ConfigError`` naming ``p``."""
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ConfigError([f"{p}: cannot read the config file: {exc.strerror or exc}"]) from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(
-                [f"{p}: mode {stat.filemode(st.st_mode)}: the config file must be a regular file"]
-            )
-        too_big = ConfigError(
-            [f"{p}: larger than {MAX_CONFIG_BYTES} bytes: not a configuration file"]
-        )
-        if st.st_size > MAX_CONFIG_BYTES:
-            raise too_big
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - size):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_CONFIG_BYTES:
-                raise too_big
-        return b"".join(chunks)
-    except OSError as exc:
-        raise ConfigError([f"{p}: cannot read the config file: {exc.strerror or exc}"]) from exc
-    finally:
-        os.close(fd)
+        return read_regular_file(p, MAX_CONFIG_BYTES, "config file")
+    except InputFileError as exc:
+        raise ConfigError([str(exc)]) from exc
 
 
 def parse_config(text: str, source: str = "<string>") -> Config:
@@ -414,7 +390,8 @@ class _Parser:
         has_count = "reserved_cpu_count" in table
         if has_count and not has_cpus:
             settings = dataclasses.replace(settings, reserved_cpus=None)
-        if has_cpus and has_count:
+        cpus_valid = not any(e.startswith("cpu_manager.reserved_cpus:") for e in self.errors)
+        if has_cpus and has_count and cpus_valid:
             cpus, count = settings.reserved_cpus, settings.reserved_cpu_count
             if cpus is not None and count is not None and len(cpus) != count:
                 self.error(

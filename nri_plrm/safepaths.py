@@ -6,7 +6,8 @@ and the state directory itself) can be written by anyone but root or this proces
 exception is a sticky directory such as ``/tmp``: there the next entry on the path must already
 exist and belong to root (or this user), since the sticky bit keeps others from renaming or
 removing it but not from creating it first. Symlinked paths are checked along the link and along
-its target. :func:`validate_for_host` runs these checks for ``check-config`` and ``run``.
+its target. :func:`validate_for_host` runs these checks for ``run`` (``check-config`` runs them
+too).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 from nri_plrm.checkpoint.kubelet_export import export_dir_problem
 from nri_plrm.config import Config, ConfigError, format_value
+from nri_plrm.kubeconfig_file import kubeconfig_problems
 
 _TRUSTED_GID = 0
 
@@ -169,7 +171,8 @@ def host_problems(config: Config, *, nri_socket: bool = True) -> list[str]:
 
 
 def validate_for_host(config: Config, *, nri_socket: bool = True) -> None:
-    """Raise ConfigError listing every problem :func:`host_problems` finds."""
-    errors = host_problems(config, nri_socket=nri_socket)
+    """Raise ConfigError listing every problem :func:`host_problems` finds, and an unusable
+    kubeconfig file (:func:`nri_plrm.kubeconfig_file.kubeconfig_problems`)."""
+    errors = host_problems(config, nri_socket=nri_socket) + kubeconfig_problems(config)
     if errors:
         raise ConfigError(errors)

@@ -1,19 +1,37 @@
-"""Suite-wide reporting: one line when the recorded containerd traffic or the containerd kit
-is absent."""
+"""Suite-wide reporting: one line for each recorded input or kit that is absent (the recorded
+containerd NRI traffic, the recorded kernel uevents, the containerd kit) and whose tests were
+skipped."""
 
 from __future__ import annotations
 
 import pytest
 from containerd_kit import kit_unavailable
 from nrisim.capture import capture_available, missing_capture_reason
+from uevent_recordings import missing_shared_reason, shared_dir
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say once why the replay tests or the real-containerd tests were skipped (pytest -q
-    lists only a count)."""
-    if not capture_available() and terminalreporter.stats.get("skipped"):
-        terminalreporter.write_line(f"replay tests skipped: {missing_capture_reason()}")
-    skipped = terminalreporter.stats.get("skipped", [])
+    """Say once per missing input why its tests were skipped (pytest -q lists only a count)."""
+    for line in skip_summary(terminalreporter.stats.get("skipped", [])):
+        terminalreporter.write_line(line)
+
+
+def skip_summary(skipped: list[pytest.TestReport]) -> list[str]:
+    """The lines naming each absent input whose tests are among ``skipped``: the NRI capture
+    (``NRI_CAPTURE_DIR``), the uevent recording (``UEVENT_CAPTURE_DIR``), the containerd kit
+    (``CONTAINERD_KIT``)."""
+    lines = []
+    if not capture_available() and skipped:
+        lines.append(f"replay tests skipped: {missing_capture_reason()}")
+    uevents_missing = missing_shared_reason()
+    if shared_dir() is None and any(uevents_missing in _reason(r) for r in skipped):
+        lines.append(f"uevent replay tests skipped: {uevents_missing}")
     kit_missing = kit_unavailable()
     if kit_missing is not None and any("containerd" in getattr(r, "keywords", {}) for r in skipped):
-        terminalreporter.write_line(f"containerd tests skipped: {kit_missing}")
+        lines.append(f"containerd tests skipped: {kit_missing}")
+    return lines
+
+
+def _reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    return longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 
@@ -77,16 +78,39 @@ def test_beside_loop_sleeps_between_pieces_once_its_time_is_up(
 
 
 def test_beside_loop_lets_another_thread_run_between_pieces() -> None:
+    # CPython hands the GIL to a waiting thread when its holder blocks or after the switch
+    # interval: with the interval longer than the test, the main thread can run while the
+    # worker computes only because beside_loop sleeps between pieces. The pieces go on until
+    # the main thread has run (or a generous deadline passes), so no scheduling delay of the
+    # machine can make the main thread miss its chance.
+    deadline = time.monotonic() + 20.0
+    first_piece_done = threading.Event()
+    main_ran = threading.Event()
     log: list[str] = []
-    result: list[int] = []
-    worker = threading.Thread(
-        target=lambda: result.append(beside_loop(counted(10, log), seconds=0.0, pause=0.002))
-    )
-    worker.start()
-    while worker.is_alive():
+    result: list[bool] = []
+
+    def until_main_ran() -> Steps[bool]:
+        log.append("step")
+        first_piece_done.set()
+        yield
+        while not main_ran.is_set() and time.monotonic() < deadline:
+            log.append("step")
+            yield
+        log.append("step")
+        return main_ran.is_set()
+
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        worker = threading.Thread(
+            target=lambda: result.append(beside_loop(until_main_ran(), seconds=0.0, pause=0.002))
+        )
+        worker.start()
+        assert first_piece_done.wait(30.0)
         log.append("other")
-        time.sleep(0.0005)
-    worker.join()
-    assert result == [sum(range(10))]
-    steps_at = [i for i, entry in enumerate(log) if entry == "step"]
-    assert "other" in log[steps_at[0] : steps_at[-1]]
+        main_ran.set()
+        worker.join(30.0)
+    finally:
+        sys.setswitchinterval(switch_interval)
+    assert result == [True], "the main thread ran only after the worker's last piece"
+    assert log[0] == "step" and log[-1] == "step" and log.count("other") == 1

@@ -12,6 +12,7 @@ from typing import TextIO
 
 from nri_plrm.cli.inputs import EXIT_OK, CommandError, UsageError, load, machine
 from nri_plrm.config import ConfigError, validate_for_topology
+from nri_plrm.kubeconfig_file import kubeconfig_problems
 from nri_plrm.safepaths import host_problems
 from nri_plrm.topology.model import Topology
 
@@ -21,10 +22,10 @@ MACHINE_RULES = "reserved CPUs and memory exist, NUMA node limits"
 def cmd_check_config(args: argparse.Namespace, out: TextIO) -> int:
     """``check-config FILE``."""
     config = load(args.file)
-    problems = host_problems(config)
+    problems = host_problems(config) + kubeconfig_problems(config)
     if problems:
         raise UsageError(*(f"{args.file}: {e}" for e in problems))
-    given = bool(args.topology or args.sysfs)
+    given = args.topology is not None or args.sysfs is not None
     try:
         topology = machine(args, config, None)
     except (UsageError, CommandError) as exc:

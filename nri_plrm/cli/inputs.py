@@ -48,9 +48,9 @@ def load(path: str | None) -> Config:
 def machine(args: argparse.Namespace, config: Config, default_spec: str | None) -> Topology:
     """The machine of ``--topology`` or ``--sysfs``, else ``default_spec``, else discovered."""
     try:
-        if args.topology:
+        if args.topology is not None:
             return load_topology(args.topology)
-        if args.sysfs:
+        if args.sysfs is not None:
             return _discover(args.sysfs, "--sysfs")
         if default_spec is not None:
             return load_topology(default_spec)
@@ -61,7 +61,8 @@ def machine(args: argparse.Namespace, config: Config, default_spec: str | None) 
 
 def _discover(root: str, origin: str) -> Topology:
     if not os.path.isdir(root):
-        raise UsageError(f"{origin} {root}: not a directory")
+        shown = root if root else '""'
+        raise UsageError(f"{origin} {shown}: not a directory")
     try:
         return discover(root)
     except OSError as exc:

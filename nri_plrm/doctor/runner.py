@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nri_plrm.config import DEFAULT_PATH
-from nri_plrm.doctor import containerd, containerd_version, kubelet, kubelet_process, live, node
+from nri_plrm.doctor import (
+    containerd,
+    containerd_version,
+    kubelet,
+    kubelet_process,
+    kubernetes,
+    live,
+    node,
+)
 from nri_plrm.doctor.result import Check
 
 
@@ -62,6 +70,7 @@ def run_checks(inputs: DoctorInputs) -> list[Check]:
     checks.append(discovered)
     if topology is not None:
         checks.append(node.check_config_on_machine(plugin, topology))
+    checks += kubernetes.check_kubernetes(config, inputs.probe_timeout)
     checks.append(live.check_healthz(config, inputs.probe_timeout))
     checks += live.check_pod_resources(config, inputs.probe_timeout)
     return checks

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.cpu_assignment import TakeOptions, topology_index
-from nri_plrm.engine.strconv import parse_bool
+from nri_plrm.engine.strconv import number_as_option, parse_bool
 from nri_plrm.topology.model import Topology
 
 FULL_PCPUS_ONLY = "full-pcpus-only"
@@ -41,7 +41,14 @@ class CPUManagerConfigError(ValueError):
 
 
 def parse_option_value(name: str, value: object) -> bool:
-    """One option's value as the kubelet reads it; raises CPUManagerConfigError."""
+    """One option's value as the kubelet reads it; raises CPUManagerConfigError.
+
+    A number (TOML ``1``) is refused, as the kubelet's config loader refuses a JSON number in
+    ``cpuManagerPolicyOptions``, a map of strings; the string ``"1"`` is ``strconv.ParseBool``'s.
+    """
+    refusal = number_as_option(name, value, "cpuManagerPolicyOptions")
+    if refusal is not None:
+        raise CPUManagerConfigError(refusal)
     try:
         return parse_bool(value)
     except ValueError as err:

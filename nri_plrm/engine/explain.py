@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.device_explain import device_cause, with_devices
@@ -94,6 +94,7 @@ def explain_rejection(
         others = _container_hints(engine, pod, c) if devices else []
         found = device_cause(tm, who, devices, hints, others) or with_devices(
             _smt(facts, cpus, error)
+            or _never_on_one_node(facts, who, cpus, memory)
             or _shortage(facts, who, cpus, memory)
             or _alignment(facts, who, cpus, memory),
             who,
@@ -127,6 +128,10 @@ class _Facts:
     """Free bytes per NUMA node and memory type."""
     whole_core_cpus: int
     """Free CPUs on cores none of whose threads is reserved (``full-pcpus-only``'s count)."""
+    allocatable_cpus: Mapping[int, int] = field(default_factory=dict)
+    """CPUs per NUMA node once nothing is allocated (online minus reserved)."""
+    allocatable_memory: Mapping[int, Mapping[str, int]] = field(default_factory=dict)
+    """Bytes per NUMA node and memory type once nothing is allocated."""
 
     @classmethod
     def of(cls, engine: Engine) -> _Facts:
@@ -136,6 +141,12 @@ class _Facts:
         free_cpus = {n.node: r.available for n in nodes for r in n.resources if r.name == CPU}
         free_memory = {
             n.node: {r.name: r.available for r in n.resources if r.name != CPU} for n in nodes
+        }
+        allocatable_cpus = {
+            n.node: r.allocatable for n in nodes for r in n.resources if r.name == CPU
+        }
+        allocatable_memory = {
+            n.node: {r.name: r.allocatable for r in n.resources if r.name != CPU} for n in nodes
         }
         reserved_cores = {topo.cpu_info[c].core for c in cpu.reserved_cpus}
         whole = sum(1 for c in cpu.default_cpuset if topo.cpu_info[c].core not in reserved_cores)
@@ -148,6 +159,8 @@ class _Facts:
             free_cpus=free_cpus,
             free_memory=free_memory,
             whole_core_cpus=whole,
+            allocatable_cpus=allocatable_cpus,
+            allocatable_memory=allocatable_memory,
         )
 
     def cpu_total(self) -> int:
@@ -353,10 +366,34 @@ def _slice(name: str, asked: int, left: int, budget: int, fmt: Callable[[int], s
 
 def _placement(facts: _Facts, who: str, cpus: int, memory: Mapping[str, int]) -> str:
     return (
-        _shortage(facts, who, cpus, memory)
+        _never_on_one_node(facts, who, cpus, memory)
+        or _shortage(facts, who, cpus, memory)
         or _alignment(facts, who, cpus, memory)
         or _fallback(facts, who, cpus, memory)
     )
+
+
+def _never_on_one_node(facts: _Facts, who: str, cpus: int, memory: Mapping[str, int]) -> str:
+    """single-numa-node, and more than any NUMA node of the machine has even with nothing
+    allocated: freeing resources cannot help."""
+    if facts.policy != POLICY_SINGLE_NUMA_NODE:
+        return ""
+    rule = "topology manager policy single-numa-node needs one node for all of it"
+    largest_cpus = max(facts.allocatable_cpus.values(), default=0)
+    if facts.allocatable_cpus and cpus > largest_cpus:
+        return (
+            f"{who} asks {_exclusive(cpus)}, no NUMA node of this machine has {_cpus(cpus)} "
+            f"(largest: {largest_cpus} allocatable), so it can never be admitted here; {rule}"
+        )
+    for name, size in memory.items():
+        largest = max((m.get(name, 0) for m in facts.allocatable_memory.values()), default=0)
+        if facts.allocatable_memory and size > largest:
+            return (
+                f"{who} asks {_amount(name, size)}, no NUMA node of this machine has that much "
+                f"(largest: {format_bytes_human(largest)} allocatable), so it can never be "
+                f"admitted here; {rule}"
+            )
+    return ""
 
 
 def _shortage(facts: _Facts, who: str, cpus: int, memory: Mapping[str, int]) -> str:

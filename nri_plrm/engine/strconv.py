@@ -32,3 +32,16 @@ def atoi(value: object) -> int:
     if isinstance(value, str) and _DECIMAL.fullmatch(value):
         return int(value)
     raise ValueError(f'strconv.Atoi: parsing "{value}": invalid syntax')
+
+
+def number_as_option(name: str, value: object, options_field: str) -> str | None:
+    """Why a number (TOML ``1``) is refused as the boolean option ``name``: the kubelet's config
+    loader refuses a JSON number in ``options_field``, a map of strings. None for other values
+    (the string ``"1"`` is :func:`parse_bool`'s to judge)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    return (
+        f'bad value for option "{name}": {value} is a number: write a string ("true", "false" '
+        f'or "{value}") or a boolean; the kubelet refuses a number in {options_field}, a map '
+        "of strings"
+    )

@@ -27,7 +27,7 @@ from nri_plrm.engine.spec import (
     PodSpec,
     TopologyHint,
 )
-from nri_plrm.engine.strconv import atoi, parse_bool
+from nri_plrm.engine.strconv import atoi, number_as_option, parse_bool
 from nri_plrm.topology.model import Topology
 
 POLICY_NONE = "none"
@@ -102,6 +102,9 @@ def parse_policy_option(name: str, value: object) -> tuple[str, bool | int]:
     :class:`TopologyManagerConfig` field it sets and the value. Raises
     TopologyManagerConfigError with the kubelet's message."""
     if name == OPTION_PREFER_CLOSEST:
+        refusal = number_as_option(name, value, "topologyManagerPolicyOptions")
+        if refusal is not None:
+            raise TopologyManagerConfigError(refusal)
         try:
             return "prefer_closest_numa_nodes", parse_bool(value)
         except ValueError as err:

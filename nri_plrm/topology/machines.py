@@ -26,8 +26,12 @@ import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 
+from nri_plrm.bounded_file import InputFileError, read_regular_file
 from nri_plrm.topology.model import CPUInfo, Topology, TopologyError
 from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_cpu_table, synthetic_topology
+
+MAX_CPU_TABLE_BYTES = 16 * 1024 * 1024
+"""The largest CPU-table file read: 16 MiB (a row is about 100 bytes: room for 100,000 CPUs)."""
 
 SYNTHETIC_1024_SPEC = (
     "sockets=4,numa_per_socket=4,cores_per_numa=32,threads_per_core=2,memory_per_numa=64Gi,"
@@ -246,15 +250,31 @@ MACHINES: Mapping[str, Topology] = _LazyMachines(_BUILDERS)
 
 
 def load_topology(spec_or_path: str) -> Topology:
-    """A CPU-table file, a named test machine, or a compact spec (in that order of lookup)."""
-    if os.path.isfile(spec_or_path):
+    """A CPU-table file, a named test machine, or a compact spec (in that order of lookup).
+
+    A file is read with :func:`nri_plrm.bounded_file.read_regular_file` (at most
+    :data:`MAX_CPU_TABLE_BYTES`); a value that looks like a path (it has a ``/`` or ends in
+    ``.json``) and names a directory, FIFO or device is refused as such. An empty value is
+    refused.
+    """
+    if not spec_or_path.strip():
+        raise TopologyError(
+            f"topology {spec_or_path!r}: empty: give a cpu-table file, a test machine name or "
+            f"a key=value spec such as {DEFAULT_SPEC!r}"
+        )
+    looks_like_path = os.sep in spec_or_path or spec_or_path.endswith(".json")
+    if os.path.isfile(spec_or_path) or (looks_like_path and os.path.lexists(spec_or_path)):
         try:
-            with open(spec_or_path, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except (OSError, UnicodeDecodeError) as exc:
+            raw = read_regular_file(spec_or_path, MAX_CPU_TABLE_BYTES, "cpu-table file")
+            data = json.loads(raw.decode("utf-8"))
+        except InputFileError as exc:
+            raise TopologyError(str(exc)) from exc
+        except UnicodeDecodeError as exc:
             raise TopologyError(f"{spec_or_path}: cannot read the cpu table: {exc}") from exc
         except json.JSONDecodeError as exc:
             raise TopologyError(f"{spec_or_path}: not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise TopologyError(f"{spec_or_path}: not valid JSON: nested too deeply") from exc
         return load_cpu_table(data, spec_or_path)
     if spec_or_path in MACHINES:
         return MACHINES[spec_or_path]

@@ -26,10 +26,11 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 import yaml
 
+from nri_plrm.bounded_file import STDIN_NAME, InputFileError, read_regular_file, read_stream
 from nri_plrm.engine.spec import (
     CPU,
     HUGEPAGES_PREFIX,
@@ -95,6 +96,10 @@ def _show(value: Any) -> str:
 STDIN = "-"
 """The manifest path that means standard input."""
 
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+"""The largest manifest file (or standard input) read: 16 MiB, ten times the API server's
+largest object (1.5 MiB in etcd), so a List of many pods fits and ``/dev/zero`` does not."""
+
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob")
 """Kinds whose pods are a template: the hint names ``spec.template``."""
 
@@ -104,37 +109,49 @@ def derived_uid(namespace: str, name: str) -> str:
     return str(uuid.uuid5(UID_NAMESPACE, f"{namespace}/{name}"))
 
 
-def load_manifests(paths: Iterable[str | Path], stdin: TextIO | None = None) -> list[PodSpec]:
+def load_manifests(paths: Iterable[str | Path], stdin: IO[Any] | None = None) -> list[PodSpec]:
     """Every pod of every file, in order; ``-`` reads ``stdin`` (default: the process's).
 
-    Raises ManifestError: a missing, unreadable or empty file, a directory, ``-`` given twice,
-    and pods whose namespace/name or uid repeats within or across files.
+    Each file is read with :func:`nri_plrm.bounded_file.read_regular_file` (a regular file of
+    at most :data:`MAX_MANIFEST_BYTES`), standard input up to the same limit. Raises
+    ManifestError: a missing, unreadable, oversized or empty file, a directory, FIFO or device,
+    ``-`` given twice, and pods whose namespace/name or uid repeats within or across files.
     """
     sources: list[tuple[str, str]] = []
     for path in paths:
         name = str(path)
         if name == STDIN:
-            if any(source == "<stdin>" for source, _ in sources):
-                raise ManifestError.about_file("<stdin>", "- given twice: stdin is read once")
-            sources.append(("<stdin>", (stdin or sys.stdin).read()))
+            if any(source == STDIN_NAME for source, _ in sources):
+                raise ManifestError.about_file(STDIN_NAME, "- given twice: stdin is read once")
+            try:
+                data = read_stream(stdin or sys.stdin, MAX_MANIFEST_BYTES, "manifest")
+            except InputFileError as exc:
+                raise ManifestError.about_file(STDIN_NAME, exc.problem) from exc
+            sources.append((STDIN_NAME, _decode(STDIN_NAME, data)))
         else:
             sources.append((name, _read(Path(path))))
     return parse_sources(sources)
 
 
 def _read(path: Path) -> str:
-    if path.is_dir():
-        raise ManifestError.about_file(
-            str(path), f"is a directory, not a manifest file (give its files: {path}/*.yaml)"
-        )
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ManifestError.about_file(str(path), "no such manifest file") from exc
-    except OSError as exc:
-        raise ManifestError.about_file(str(path), f"cannot read: {exc.strerror or exc}") from exc
+        data = read_regular_file(path, MAX_MANIFEST_BYTES, "manifest file")
+    except InputFileError as exc:
+        if exc.missing:
+            raise ManifestError.about_file(str(path), "no such manifest file") from exc
+        if path.is_dir():
+            raise ManifestError.about_file(
+                str(path), f"is a directory, not a manifest file (give its files: {path}/*.yaml)"
+            ) from exc
+        raise ManifestError.about_file(str(path), exc.problem) from exc
+    return _decode(str(path), data)
+
+
+def _decode(source: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestError.about_file(str(path), f"not UTF-8 text: {exc.reason}") from exc
+        raise ManifestError.about_file(source, f"not UTF-8 text: {exc.reason}") from exc
 
 
 def parse_sources(sources: Iterable[tuple[str, str]]) -> list[PodSpec]:

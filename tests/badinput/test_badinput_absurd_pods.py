@@ -204,7 +204,8 @@ def test_a_rejected_10000_cpu_pod_gets_the_kubelet_reason_and_message_and_the_ca
     (error,) = outcome(p, pod, [])
     assert error.startswith(
         "TopologyAffinityError: Pod Scope pod with pod-level resources failed admission under "
-        "pod-scope topology manager; cause: pod budget asks 10000 exclusive CPUs, the node has "
+        "pod-scope topology manager; cause: pod budget asks 10000 exclusive CPUs, no NUMA node of "
+        "this machine has 10000 CPUs"
     )
 
 

@@ -225,3 +225,26 @@ def test_help_has_examples_and_every_override() -> None:
     ):
         assert option in text
     assert "0 OK, 1 WARN, 2 FAIL" in " ".join(text.split())
+
+
+def test_kubernetes_api_enabled_with_a_missing_kubeconfig_fails(node: Node) -> None:
+    """``[kubernetes] enabled`` adds the Kubernetes checks before the plugin's; a kubeconfig
+    that is not there is a FAIL naming the file, with the config key as the fix."""
+    with node.config.open("a") as config:
+        config.write('[kubernetes]\nenabled = true\nkubeconfig = "/nonexistent"\n')
+    code, out = node.doctor("--output", "json")
+    assert code == 2
+    checks = json.loads(out)["checks"]
+    names = [f"{c['area']}.{c['name']}" for c in checks]
+    assert names[-3:] == ["kubernetes.kubeconfig", "plugin.registered", "plugin.pod-resources"]
+    failed = [c for c in checks if c["status"] != "OK"]
+    assert failed == [
+        {
+            "area": "kubernetes",
+            "name": "kubeconfig",
+            "status": "FAIL",
+            "message": "/nonexistent: cannot read the kubeconfig: No such file or directory",
+            "fix": f"fix [kubernetes] kubeconfig in {node.config} (a readable kubeconfig; empty "
+            "in a pod with its service account)",
+        }
+    ]

@@ -272,3 +272,41 @@ def test_device_timeout_must_leave_room_in_the_request_budget() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config("[pod_resources]\ndevice_timeout = -1\n")
     assert any(line.startswith("pod_resources.device_timeout") for line in info.value.errors)
+
+
+def test_count_against_an_invalid_cpuset_names_only_the_files_value() -> None:
+    """The count is not compared against the default reserved CPUs the invalid value left."""
+    with pytest.raises(ConfigError) as info:
+        parse_config('[cpu_manager]\nreserved_cpus = "0-99999"\nreserved_cpu_count = 1000\n')
+    (error,) = info.value.errors
+    assert error.startswith('cpu_manager.reserved_cpus: "0-99999": not a valid cpuset')
+    with pytest.raises(ConfigError) as info:
+        parse_config('[cpu_manager]\nreserved_cpus = "0-3"\nreserved_cpu_count = 1000\n')
+    assert info.value.errors == [
+        'cpu_manager.reserved_cpu_count: 1000: does not match reserved_cpus "0-3" (4 CPUs); set '
+        "only one of them"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("table", "value", "field"),
+    [
+        ("cpu_manager", "1", "cpuManagerPolicyOptions"),
+        ("cpu_manager", "0", "cpuManagerPolicyOptions"),
+        ("cpu_manager", "1.0", "cpuManagerPolicyOptions"),
+        ("topology_manager", "1", "topologyManagerPolicyOptions"),
+    ],
+)
+def test_a_number_as_a_boolean_option_is_refused_with_the_rule(
+    table: str, value: str, field: str
+) -> None:
+    """The kubelet's loader refuses a JSON number in its map of strings; the string is read."""
+    name = "full-pcpus-only" if table == "cpu_manager" else "prefer-closest-numa-nodes"
+    with pytest.raises(ConfigError) as info:
+        parse_config(f'[{table}]\noptions = {{ "{name}" = {value} }}\n')
+    assert info.value.errors == [
+        f'{table}.options.{name}: {value}: bad value for option "{name}": {value} is a number: '
+        f'write a string ("true", "false" or "{value}") or a boolean; the kubelet refuses a '
+        f"number in {field}, a map of strings"
+    ]
+    parse_config(f'[{table}]\noptions = {{ "{name}" = "{value[0]}" }}\n')

@@ -115,37 +115,68 @@ def test_two_shared_containers_and_an_over_budget_split() -> None:
 
 
 def test_too_big_budget() -> None:
-    err, text = reject(engine(), budget_pod("huge", 10_000, GI))
-    assert err.reason == TOPOLOGY_AFFINITY_ERROR
+    _, text = reject(engine(policy="best-effort"), budget_pod("huge", 10_000, GI))
     assert (
         text == f"pod budget asks 10000 exclusive CPUs, the node has 63 free ({DEFAULT_FREE_CPUS})"
     )
 
 
 def test_too_big_memory() -> None:
-    err, text = reject(engine(), budget_pod("huge-memory", 2, 100 << 40))
+    err, text = reject(engine(policy="best-effort"), budget_pod("huge-memory", 2, 100 << 40))
     assert err.reason == UNEXPECTED_ADMISSION_ERROR
     assert text == (
         f"pod budget asks 100Ti memory, the node has 63.5Gi free ({DEFAULT_FREE_MEMORY})"
     )
 
 
-def test_no_single_numa_node_fits_the_cpus() -> None:
-    err, text = reject(engine(), budget_pod("wide", 20, GI))
+NEVER = "so it can never be admitted here; topology manager policy single-numa-node needs one node"
+
+
+def test_more_cpus_than_any_numa_node_has_can_never_fit() -> None:
+    """2 NUMA nodes of 4 CPUs, CPU 0 reserved: 7 free on the node, but no node ever has 8."""
+    e = engine(
+        "sockets=1,numa_per_socket=2,cores_per_numa=2,threads_per_core=2,memory_per_numa=8Gi"
+    )
+    err, text = reject(e, budget_pod("eight", 8, GI))
     assert err.reason == TOPOLOGY_AFFINITY_ERROR
     assert text == (
-        "pod budget asks 20 exclusive CPUs, no single NUMA node has that many free "
-        f"({DEFAULT_FREE_CPUS}); topology manager policy single-numa-node needs one node for "
+        "pod budget asks 8 exclusive CPUs, no NUMA node of this machine has 8 CPUs (largest: 4 "
+        f"allocatable), {NEVER} for all of it"
+    )
+    _, huge = reject(engine(), budget_pod("huge", 10_000, GI))
+    assert huge.startswith("pod budget asks 10000 exclusive CPUs, no NUMA node of this machine")
+
+
+def test_more_memory_than_any_numa_node_has_can_never_fit() -> None:
+    _, text = reject(engine(), budget_pod("wide-memory", 2, 17 * GI))
+    assert text == (
+        "pod budget asks 17Gi memory, no NUMA node of this machine has that much (largest: 16Gi "
+        f"allocatable), {NEVER} for all of it"
+    )
+
+
+def test_no_single_numa_node_fits_the_cpus() -> None:
+    e = engine(SMALL)
+    e.admit_pod(budget_pod("x", 4, GI))
+    e.admit_pod(budget_pod("y", 4, GI))
+    err, text = reject(e, budget_pod("wide", 6, GI))
+    assert err.reason == TOPOLOGY_AFFINITY_ERROR
+    assert text == (
+        "pod budget asks 6 exclusive CPUs, no single NUMA node has that many free "
+        "(NUMA 0: 3, NUMA 1: 4); topology manager policy single-numa-node needs one node for "
         "all of it"
     )
 
 
 def test_no_single_numa_node_fits_the_memory() -> None:
-    _, text = reject(engine(), budget_pod("wide-memory", 2, 17 * GI))
+    e = engine(SMALL)
+    e.admit_pod(budget_pod("x", 1, 4 * GI))
+    e.admit_pod(budget_pod("y", 1, 4 * GI))
+    _, text = reject(e, budget_pod("wide-memory", 1, 5 * GI))
     assert text == (
-        "pod budget asks 17Gi memory, no single NUMA node has that much free "
-        f"({DEFAULT_FREE_MEMORY}); topology manager policy single-numa-node needs one node for "
-        "all of it"
+        "pod budget asks 5Gi memory, no single NUMA node has that much free "
+        "(NUMA 0: 3.5Gi, NUMA 1: 4Gi); topology manager policy single-numa-node needs one node "
+        "for all of it"
     )
 
 
@@ -224,10 +255,13 @@ def test_explanation_is_never_empty_for_classic_container_scope() -> None:
     )
     _, text = reject(e, guaranteed_pod("classic", 9))
     assert text == (
-        "container app asks 9 exclusive CPUs, no single NUMA node has that many free "
-        "(NUMA 0: 7, NUMA 1: 8); topology manager policy single-numa-node needs one node for "
-        "all of it"
+        "container app asks 9 exclusive CPUs, no NUMA node of this machine has 9 CPUs (largest: "
+        f"8 allocatable), {NEVER} for all of it"
     )
+    e.admit_pod(guaranteed_pod("first", 4))
+    e.admit_pod(guaranteed_pod("second", 4))
+    _, text = reject(e, guaranteed_pod("classic", 5))
+    assert text.startswith("container app asks 5 exclusive CPUs, no single NUMA node has that ")
 
 
 def test_classic_sandbox_known_only_by_its_aggregate() -> None:
@@ -238,7 +272,6 @@ def test_classic_sandbox_known_only_by_its_aggregate() -> None:
     with pytest.raises(AdmissionError) as caught:
         e.admit_sandbox(bare, aggregate)
     assert explain_rejection(e, bare, caught.value, aggregate=aggregate) == (
-        "pod (all containers) asks 20 exclusive CPUs, no single NUMA node has that many free "
-        f"({DEFAULT_FREE_CPUS}); topology manager policy single-numa-node needs one node for "
-        "all of it"
+        "pod (all containers) asks 20 exclusive CPUs, no NUMA node of this machine has 20 CPUs "
+        f"(largest: 16 allocatable), {NEVER} for all of it"
     )

@@ -95,11 +95,13 @@ def test_a_reply_with_n_updates_costs_n_times_the_update_cost(sock_path: str) ->
             assert rec.runtime_seconds >= 5 * COST
             assert ended - began >= 5 * COST
             # every update applied (and the new container created) before the event returned,
-            # one cost apart, after the reply
+            # in order, the i-th no sooner than i+1 costs after the reply (the runtime keeps to
+            # that schedule: one update woken late lets the next catch up, so only these lower
+            # bounds hold on a loaded machine, not the gap between two updates)
             times = [sim.applied[f"be-{i}"].at for i in range(5)]
             assert times == sorted(times)
-            assert rec.replied_at + COST * 0.9 <= times[0]
-            assert times[-1] - times[0] >= 4 * COST * 0.9
+            for i, at in enumerate(times):
+                assert at >= rec.replied_at + (i + 1) * COST * 0.9
             assert {sim.applied[f"be-{i}"].cpus for i in range(5)} == {"2-7"}
             assert sim.applied["main"].cpus == "1"
             assert times[-1] <= sim.applied["main"].at <= ended

@@ -65,3 +65,33 @@ def test_missing_containerd_kit_skips_its_tests_with_one_line(tmp_path: Path) ->
         "kit's folder)"
     ]
     assert " passed" not in proc.stdout
+
+
+def test_missing_uevent_recording_skips_its_replay_test_with_one_line(tmp_path: Path) -> None:
+    """Without the shared uevent recording the uevent replay test skips, and pytest ends with
+    one line naming where it was looked for and ``UEVENT_CAPTURE_DIR``."""
+    missing = tmp_path / "no-such-uevents"
+    env = dict(os.environ, UEVENT_CAPTURE_DIR=str(missing), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-rN",
+            "tests/topology/test_hotplug_uevent.py",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " skipped" in proc.stdout
+    lines = [line for line in proc.stdout.splitlines() if "UEVENT_CAPTURE_DIR" in line]
+    assert lines == [
+        f"uevent replay tests skipped: recorded kernel uevents not found at {missing}: set "
+        "UEVENT_CAPTURE_DIR to the uevents directory to run the uevent replay tests"
+    ]

@@ -370,7 +370,9 @@ def test_a_burst_of_50_changes_is_written_at_most_twice_per_second(tmp_path: Pat
         gaps = [b.at - a.at for a, b in itertools.pairwise(burst)]
         figures["min_gap"] = min(gaps) if gaps else 0.0
         print("nrt burst figures:", {k: round(v, 3) for k, v in figures.items()})
-        assert len(burst) <= 2
+        # one write at once, then at most one per interval while the burst lasts and one
+        # after it (a burst slowed by a loaded machine spans more intervals)
+        assert len(burst) <= 2 + int(figures["burst_seconds"] / 1.0)
         assert all(gap >= 0.95 for gap in gaps)
         # published within the interval (plus scheduling slack on a loaded machine)
         assert figures["last_write_after_last_change"] <= 1.0 + 0.3
@@ -502,9 +504,9 @@ def test_writes_resume_after_an_outage(
             await fk.stop()
         for name in ("a", "b", "c"):
             engine.admit_pod(small_pod(name))
-            start = time.perf_counter()
+            failed = writes(metrics, "failed")
             exporter.mark_dirty()
-            assert time.perf_counter() - start < 0.01  # never waits for the API
+            assert writes(metrics, "failed") == failed  # never tries the API on the caller's path
             await asyncio.sleep(0.2)
         await until(lambda: writes(metrics, "failed") >= 3)
         assert len(fk.nrt_writes) == before

@@ -17,11 +17,25 @@ OWN_DIR = _REPO / "tests" / "data" / "uevents"
 UEVENT_CAPTURE_ENV = "UEVENT_CAPTURE_DIR"
 
 
+def shared_root() -> Path:
+    """Where the shared recording is looked for: ``$UEVENT_CAPTURE_DIR`` or
+    ``<repo>/../shared/testdata/uevents``."""
+    env = os.environ.get(UEVENT_CAPTURE_ENV)
+    return Path(env) if env else _REPO.parent / "shared" / "testdata" / "uevents"
+
+
 def shared_dir() -> Path | None:
     """The shared recording directory, or None when it is absent."""
-    env = os.environ.get(UEVENT_CAPTURE_ENV)
-    root = Path(env) if env else _REPO.parent / "shared" / "testdata" / "uevents"
+    root = shared_root()
     return root if any(root.glob("*.jsonl")) else None
+
+
+def missing_shared_reason() -> str:
+    """The one-line skip reason of the shared-recording replay tests."""
+    return (
+        f"recorded kernel uevents not found at {shared_root()}: set {UEVENT_CAPTURE_ENV} to the "
+        "uevents directory to run the uevent replay tests"
+    )
 
 
 def datagrams(path: Path) -> list[bytes]:

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from uevent_recordings import (
     OWN_DIR,
-    UEVENT_CAPTURE_ENV,
     datagrams,
     kernel_payload,
+    missing_shared_reason,
     shared_dir,
 )
 
@@ -45,7 +45,7 @@ CPU1_CYCLE = [
 def test_shared_recording_gives_cpu1_offline_then_online() -> None:
     root = shared_dir()
     if root is None:
-        pytest.skip(f"no shared uevent recording; set {UEVENT_CAPTURE_ENV}")
+        pytest.skip(missing_shared_reason())
     assert cpu1_events(root / "cpu1-offline-online.jsonl") == CPU1_CYCLE
 
 

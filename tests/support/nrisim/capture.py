@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from google.protobuf.message import Message as PbMessage
 from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -42,6 +41,8 @@ def missing_capture_reason() -> str:
 def capture_dir() -> Path:
     """The capture root; skips the calling test (or module, at import) when it is absent."""
     if not capture_available():
+        import pytest  # here only: the benchmarks import this module where pytest is absent
+
         pytest.skip(missing_capture_reason(), allow_module_level=True)
     return capture_root()
 
