@@ -156,10 +156,13 @@ class Plugin:
         uid, namespace, name = pod_identity(pod)
         if self._known_sandbox(uid, pod.id):
             return
-        spec, found = await asyncio.gather(
-            self.lookup(uid, namespace, name),
-            sandbox_devices(self.devices, self.ledger.engine, pod),
-        )
+        if self.devices is None:  # no task per pod: a Synchronize admits thousands
+            spec, found = await self.lookup(uid, namespace, name), None
+        else:
+            spec, found = await asyncio.gather(
+                self.lookup(uid, namespace, name),
+                sandbox_devices(self.devices, self.ledger.engine, pod),
+            )
         if self._known_sandbox(uid, pod.id):
             return
         try:
