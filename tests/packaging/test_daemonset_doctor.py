@@ -43,7 +43,7 @@ def _mount_of(ds: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, 
 
 
 def test_doctor_defaults_find_the_hosts_files_read_only() -> None:
-    ds = daemonset()
+    ds = daemonset({"hostPaths": {"kubeletConfig": kubelet.DEFAULT_CONFIG_PATH}})
     spec = ds["spec"]["template"]["spec"]
     assert not spec.get("hostPID") and not spec.get("hostNetwork")
     inputs = DoctorInputs()
@@ -90,5 +90,8 @@ def test_install_guide_runs_doctor_in_the_pod_and_says_what_differs() -> None:
     values = yaml.safe_load(
         (Path(__file__).resolve().parents[2] / "packaging/helm/nri-plrm/values.yaml").read_text()
     )
-    assert values["hostPaths"]["kubeletConfig"] == kubelet.DEFAULT_CONFIG_PATH
+    # Not mounted by default: its path differs between distributions, and a hostPath of type
+    # File that is missing keeps the pod from starting.
+    assert values["hostPaths"]["kubeletConfig"] == ""
+    assert kubelet.DEFAULT_CONFIG_PATH in guide
     assert "hostPaths.kubeletConfig" in guide and "--kubelet-config" in guide
