@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.engine.availability import ResourceAvailability, free_per_numa
 from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.device_manager import DeviceManager
 from nri_plrm.engine.explain import explain_rejection
@@ -301,3 +302,23 @@ def test_the_kubelets_devices_win_over_the_containers_own() -> None:
     assert set(m.get_topology_hints(pod, listed)) == {GPU}
     assert set(m.get_topology_hints(pod, alone)) == {"linux/drm"}
     assert set(m.get_pod_topology_hints(pod)) == {GPU, "linux/drm"}
+
+
+def test_free_per_numa_counts_devices_per_zone_as_nfd_does() -> None:
+    """Device resources of the node's inventory appear per NUMA node (capacity = allocatable =
+    the devices there, available = those no admitted pod holds); nothing without inventory."""
+    e = engine("single-numa-node", "pod")
+    e.device_manager.set_node_devices({GPU: [(0,), (1,), (1,)], "example.com/nic": [()]})
+    before = {n.node: n.resource(GPU) for n in free_per_numa(e)}
+    assert before[0] == ResourceAvailability(GPU, 1, 1, 1)
+    assert before[1] == ResourceAvailability(GPU, 2, 2, 2)
+    assert all(n.resource("example.com/nic") is None for n in free_per_numa(e))
+    e.admit_pod(gpu_pod(dev("gpu-1", 1)))
+    after = {n.node: n.resource(GPU) for n in free_per_numa(e)}
+    assert after[0] == ResourceAvailability(GPU, 1, 1, 1)
+    assert after[1] == ResourceAvailability(GPU, 2, 2, 1)
+    e.remove_pod("gpu")
+    assert {n.node: n.resource(GPU) for n in free_per_numa(e)} == before
+    plain = engine("single-numa-node", "pod")
+    plain.device_manager.set_node_devices({})
+    assert all(len(n.resources) == 2 for n in free_per_numa(plain))

@@ -577,3 +577,24 @@ def test_no_state_attached_writes_nothing(tmp_path: Path) -> None:
         await fk.stop()
 
     asyncio.run(main())
+
+
+def test_device_resources_are_zone_resources() -> None:
+    """Devices of the node's inventory are listed in their NUMA node's zone, as NFD's
+    topology-updater lists them, and the object stays valid against the CRD."""
+    engine = new_engine()
+    engine.device_manager.set_node_devices({"nvidia.com/gpu": [(0,), (0,), (3,)]})
+    obj = nrt_object(
+        NODE, "u", free_per_numa(engine), MACHINES["default"], "single-numa-node", "pod"
+    )
+    assert validate(obj, SCHEMA) == []
+    gpus = {
+        zone["name"]: r
+        for zone in obj["zones"]
+        for r in zone["resources"]
+        if r["name"] == "nvidia.com/gpu"
+    }
+    assert gpus == {
+        "node-0": {"name": "nvidia.com/gpu", "capacity": "2", "allocatable": "2", "available": "2"},
+        "node-3": {"name": "nvidia.com/gpu", "capacity": "1", "allocatable": "1", "available": "1"},
+    }
