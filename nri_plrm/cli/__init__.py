@@ -117,6 +117,25 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     sim.add_argument(
+        "--devices",
+        action="append",
+        metavar="RESOURCE=NODE:COUNT[,NODE:COUNT]",
+        help=(
+            "device plugin resources of the node per NUMA node (repeatable), e.g. "
+            "nvidia.com/gpu=0:2,1:2; containers ask with an extended resource limit and the "
+            "kubelet's Device Manager hands them out at admission"
+        ),
+    )
+    sim.add_argument(
+        "--kubelet-topology-policy",
+        default="none",
+        metavar="POLICY",
+        help=(
+            "the kubelet's own topologyManagerPolicy, which places the devices (default none: "
+            "they land anywhere and the plugin follows them)"
+        ),
+    )
+    sim.add_argument(
         "manifests", nargs="+", metavar="MANIFEST", help="pod manifest files (- for stdin)"
     )
     sim.set_defaults(handler=cmd_simulate)

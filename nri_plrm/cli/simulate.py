@@ -31,12 +31,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from nri_plrm.cli.inputs import EXIT_OK, EXIT_REJECTED, UsageError, load, machine
 from nri_plrm.cli.render import count, emit_json, render_table
+from nri_plrm.cli.simulate_devices import DeviceChoice, devices_cause
 from nri_plrm.cli.simulate_resize import (
     ResizeOutcome,
     ResizeRequest,
@@ -53,7 +54,14 @@ from nri_plrm.engine.availability import (
 )
 from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Engine
-from nri_plrm.engine.spec import MEMORY, AdmissionError, ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import (
+    MEMORY,
+    AdmissionError,
+    ContainerKind,
+    ContainerSpec,
+    Device,
+    PodSpec,
+)
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.plugin import Plugin
@@ -93,6 +101,8 @@ class SimulatedContainer:
     """The CFS quota the container runs with (-1: disabled); None when none is set."""
     exited: bool = False
     """True for a regular init container that has completed."""
+    devices: tuple[tuple[str, Device], ...] = ()
+    """(resource, device) the kubelet allocated to the container (``--devices``)."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +168,7 @@ class SimulationResult:
                             "cpus": str(c.cpus),
                             "mems": str(c.mems),
                             "cpu_quota": c.cpu_quota,
+                            **_devices_json(c),
                         }
                         for c in p.containers
                     ],
@@ -211,6 +222,9 @@ class SimulationResult:
             for c in p.containers:
                 quota = "-" if c.cpu_quota is None else str(c.cpu_quota)
                 kind = c.kind + (" (exited)" if c.exited else "")
+                if c.devices:
+                    held = ", ".join(f"{r} {d.id} ({_numa_text(d)})" for r, d in c.devices)
+                    notes.append(f"{label}/{c.name}: devices {held}")
                 rows.append(
                     (label, c.name, kind, c.assignment, str(c.cpus), str(c.mems) or "-", quota)
                 )
@@ -295,15 +309,17 @@ def simulate(
     topology: Topology,
     config: Config | None = None,
     resizes: Sequence[ResizeRequest] = (),
+    devices: DeviceChoice | None = None,
 ) -> SimulationResult:
     """Dry-run the pods of the manifests on ``topology`` with ``config`` (defaults if None),
-    then the ``resizes`` in order.
+    then the ``resizes`` in order; ``devices``: the node's devices, which the kubelet hands out
+    at each pod's admission.
 
     Raises ``nri_plrm.translate.manifest_to_pod.ManifestError`` for bad manifests,
     ``nri_plrm.config.ConfigError`` when the config does not fit the machine and
     ``nri_plrm.cli.inputs.UsageError`` for a resize naming no pod or container of them.
     """
-    return simulate_pods(load_manifests(manifest_paths), topology, config, resizes)
+    return simulate_pods(load_manifests(manifest_paths), topology, config, resizes, devices)
 
 
 def simulate_pods(
@@ -311,6 +327,7 @@ def simulate_pods(
     topology: Topology,
     config: Config | None = None,
     resizes: Sequence[ResizeRequest] = (),
+    devices: DeviceChoice | None = None,
 ) -> SimulationResult:
     """Dry-run already parsed pods (see :func:`simulate`)."""
     config = config or Config()
@@ -321,7 +338,7 @@ def simulate_pods(
         if pod is None:
             raise UsageError(f"--resize {request.target!r}: no pod of that name in the manifests")
         resized_pod(pod, request)
-    return asyncio.run(_run(pods, topology, config, resizes))
+    return asyncio.run(_run(pods, topology, config, resizes, devices))
 
 
 def engine_for(topology: Topology, config: Config) -> Engine:
@@ -334,23 +351,38 @@ async def _run(
     topology: Topology,
     config: Config,
     resizes: Sequence[ResizeRequest],
+    devices: DeviceChoice | None,
 ) -> SimulationResult:
     engine = engine_for(topology, config)
     runtime = InMemoryRuntime()
     ledger = NodeLedger(engine)
-    plugin = Plugin(ledger, pod_specs=StaticPodSpecSource(pods))
+    source = StaticPodSpecSource(pods)
+    plugin = Plugin(ledger, pod_specs=source)
+    kubelet = None
+    if devices is not None:
+        devices.check(topology.numa_ids)
+        kubelet = devices.allocator(engine, config)
     plugin.attach(runtime.update_containers)
     page_sizes = machine_page_sizes(topology.memory_resources)
     outcomes: list[tuple[PodSpec, str, str, str, bool]] = []
     created: dict[str, list[tuple[str, str, ContainerKind]]] = {}
     clock = 0
     for pod in pods:
+        if kubelet is not None:
+            try:
+                pod = replace(pod, devices=kubelet.admit(pod))
+            except AdmissionError as err:
+                outcomes.append((pod, err.reason, err.message, devices_cause(devices), False))
+                continue
+            source.add(pod)
         sandbox = nri_pod_sandbox(pod)
         try:
             await plugin.run_pod_sandbox(sandbox)
         except NRIError as exc:
             reason, message = _reason(exc)
             outcomes.append((pod, reason, message, _cause(engine, pod, exc), False))
+            if kubelet is not None:
+                kubelet.release(pod.uid)
             continue
         reason = message = explanation = ""
         admitted = True
@@ -366,6 +398,8 @@ async def _run(
                 if isinstance(exc.__cause__, AdmissionError):
                     admitted = False
                     plugin.remove_pod_sandbox(sandbox)
+                    if kubelet is not None:
+                        kubelet.release(pod.uid)
                 else:
                     reason = reason if reason != "NRIError" else REJECTED_AT_CREATE
                 break
@@ -413,6 +447,9 @@ async def _run(
                     mems=CPUSet.parse(ctr.mems),
                     cpu_quota=ctr.quota,
                     exited=ctr.exited,
+                    devices=tuple(
+                        (r, d) for r, held in pod.devices.get(name, {}).items() for d in held
+                    ),
                 )
             )
         results.append(
@@ -485,6 +522,21 @@ def _cause(
     return ""
 
 
+def _devices_json(c: SimulatedContainer) -> dict[str, Any]:
+    """The ``devices`` entry of a container holding some (absent otherwise: the document of a
+    simulation without devices is unchanged)."""
+    if not c.devices:
+        return {}
+    return {
+        "devices": [{"resource": r, "id": d.id, "numa": list(d.numa_nodes)} for r, d in c.devices]
+    }
+
+
+def _numa_text(device: Device) -> str:
+    nodes = ",".join(map(str, device.numa_nodes))
+    return f"NUMA {nodes}" if nodes else "no NUMA node"
+
+
 def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     """``simulate MANIFEST...``: exit 0, or 3 with ``--fail-on-reject`` and a rejected pod."""
     config = load(args.config)
@@ -501,8 +553,9 @@ def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     except ConfigError as exc:
         raise UsageError(*exc.located(args.config or "<defaults>")) from exc
     resizes = [parse_resize(text) for text in args.resize or ()]
+    devices = DeviceChoice.parse(args.devices or (), args.kubelet_topology_policy)
     try:
-        result = simulate(args.manifests, topology, config, resizes)
+        result = simulate(args.manifests, topology, config, resizes, devices)
     except ManifestError as exc:
         raise UsageError(str(exc)) from exc
     if args.output == "json":

@@ -11,8 +11,9 @@ server's defaulting that changes the managers' decisions is applied:
 And the validation that protects them: quantities are non-negative, requests do not exceed
 limits, pod-level resources name only ``cpu``, ``memory`` and ``hugepages-<size>`` and are not
 below the containers' aggregate requests nor below any container's limit, container names are
-unique DNS labels. Resources other than cpu, memory and hugepages (extended resources,
-``ephemeral-storage``) are checked as quantities and then ignored.
+unique DNS labels. A container's extended resources (a device plugin's, e.g. ``nvidia.com/gpu``)
+are kept as whole counts whose request equals the limit, for the devices ``simulate``
+allocates; other resources (``ephemeral-storage``) are checked as quantities and then ignored.
 
 Every problem raises :class:`ManifestError` naming the file, the document index, the field
 path, the value and the rule.
@@ -39,7 +40,7 @@ from nri_plrm.engine.spec import (
     PodSpec,
     is_memory_resource,
 )
-from nri_plrm.quantity import QuantityError, cpu_millis, memory_bytes
+from nri_plrm.quantity import QuantityError, cpu_millis, memory_bytes, parse_quantity
 
 UID_NAMESPACE = uuid.UUID("6b1e1a36-5d2f-4c55-9a4e-6f1f2c0d7a10")
 """uuid5 namespace of the uids derived from ``<namespace>/<name>`` when a manifest has none."""
@@ -56,6 +57,8 @@ MAX_BYTES = (1 << 63) - 1
 MAX_CPU_MILLIS = MAX_BYTES // 100
 """Largest CPU quantity: its CFS quota at the default 100 ms period must fit a signed 64-bit
 field (``quota = millicores * 100``)."""
+MAX_DEVICES = 1 << 16
+"""Most devices of one extended resource a container may ask for."""
 
 
 class ManifestError(ValueError):
@@ -340,7 +343,17 @@ def _containers(
     return tuple(out)
 
 
-def _resource_list(value: Any, path: str, fail: _Fail) -> dict[str, int]:
+def is_extended_resource(name: str) -> bool:
+    """The API's ``IsExtendedResourceName``: a device plugin's resource such as
+    ``nvidia.com/gpu`` (a domain-qualified name outside ``kubernetes.io``)."""
+    domain, slash, _ = name.partition("/")
+    native = domain == "kubernetes.io" or domain.endswith(".kubernetes.io")
+    return bool(slash) and not native and not name.startswith("requests.")
+
+
+def _resource_list(value: Any, path: str, fail: _Fail, *, extended: bool = False) -> dict[str, int]:
+    """The quantities of a requests or limits map: cpu in millicores, memory and hugepages in
+    bytes and, with ``extended`` (a container's), device plugin resources as whole counts."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -356,6 +369,9 @@ def _resource_list(value: Any, path: str, fail: _Fail) -> dict[str, int]:
             )
         if isinstance(quantity, bool) or not isinstance(quantity, (str, int, float)):
             raise fail(field, quantity, "must be a quantity such as 500m, 2, 4Gi")
+        if extended and is_extended_resource(rname):
+            out[rname] = _device_count(quantity, field, fail)
+            continue
         try:
             amount = cpu_millis(quantity) if rname == CPU else memory_bytes(quantity)
         except QuantityError as exc:
@@ -375,7 +391,20 @@ def _resource_list(value: Any, path: str, fail: _Fail) -> dict[str, int]:
     return out
 
 
-def _requests_limits(value: Any, path: str, fail: _Fail) -> tuple[dict[str, int], dict[str, int]]:
+def _device_count(quantity: str | int | float, field: str, fail: _Fail) -> int:
+    try:
+        amount = parse_quantity(quantity)
+    except QuantityError as exc:
+        raise fail(field, quantity, str(exc)) from exc
+    if amount < 0 or amount != amount.to_integral_value() or amount > MAX_DEVICES:
+        rule = f"an extended resource is a whole number of devices (0 to {MAX_DEVICES})"
+        raise fail(field, quantity, rule)
+    return int(amount)
+
+
+def _requests_limits(
+    value: Any, path: str, fail: _Fail, *, extended: bool = False
+) -> tuple[dict[str, int], dict[str, int]]:
     if value is None:
         return {}, {}
     if not isinstance(value, dict):
@@ -384,8 +413,8 @@ def _requests_limits(value: Any, path: str, fail: _Fail) -> tuple[dict[str, int]
         if key not in ("requests", "limits", "claims"):
             raise fail(f"{path}.{key}", value[key], "unknown field (requests, limits, claims)")
     return (
-        _resource_list(value.get("requests"), f"{path}.requests", fail),
-        _resource_list(value.get("limits"), f"{path}.limits", fail),
+        _resource_list(value.get("requests"), f"{path}.requests", fail, extended=extended),
+        _resource_list(value.get("limits"), f"{path}.limits", fail, extended=extended),
     )
 
 
@@ -428,10 +457,17 @@ def _check_not_above(
 def _container_resources(
     value: Any, path: str, fail: _Fail
 ) -> tuple[dict[str, int], dict[str, int]]:
-    requests, limits = _requests_limits(value, path, fail)
+    requests, limits = _requests_limits(value, path, fail, extended=True)
     for rname, amount in limits.items():
         requests.setdefault(rname, amount)
     _check_not_above(requests, limits, path, fail)
+    for rname, amount in requests.items():
+        if is_extended_resource(rname) and limits.get(rname) != amount:
+            raise fail(
+                f"{path}.requests.{rname}",
+                amount,
+                "extended resources cannot be overcommitted: the request must equal the limit",
+            )
     return requests, limits
 
 

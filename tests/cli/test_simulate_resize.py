@@ -28,6 +28,7 @@ def run(*argv: str) -> tuple[int, str]:
 def readme_pairs() -> list[tuple[str, str]]:
     """(command, documented "resizes:" block) from the README's resize section."""
     section = README.read_text().split("## Previewing an in-place resize", 1)[1]
+    section = section.split("\n## ", 1)[0]
     pairs = []
     for chunk in section.split("```sh\n")[1:]:
         command, rest = chunk.split("```", 1)

@@ -109,14 +109,30 @@ def test_aggregate_requests_with_sidecars_and_init() -> None:
     assert aggregate_requests((), apps, limits=True) == {}
 
 
-def test_extended_resources_are_ignored() -> None:
+def test_extended_resources_are_kept_as_device_counts() -> None:
     (pod,) = parse_manifests(
         _pod(
             "  containers:\n  - name: a\n    resources:\n"
-            "      limits: {nvidia.com/gpu: 1, cpu: 1}\n"
+            "      limits: {nvidia.com/gpu: 1, cpu: 1, ephemeral-storage: 1Gi}\n"
         )
     )
-    assert pod.containers[0].limits == {"cpu": 1000}
+    assert pod.containers[0].limits == {"cpu": 1000, "nvidia.com/gpu": 1}
+    assert pod.containers[0].requests == {"cpu": 1000, "nvidia.com/gpu": 1}
+    for limits, rule in (
+        ("{nvidia.com/gpu: 500m}", "whole number of devices"),
+        ("{example.com/nic: -1}", "whole number of devices"),
+    ):
+        with pytest.raises(ManifestError, match=rule):
+            parse_manifests(
+                _pod(f"  containers:\n  - name: a\n    resources:\n      limits: {limits}\n")
+            )
+    with pytest.raises(ManifestError, match="request must equal the limit"):
+        parse_manifests(
+            _pod(
+                "  containers:\n  - name: a\n    resources:\n"
+                "      requests: {nvidia.com/gpu: 1}\n      limits: {nvidia.com/gpu: 2}\n"
+            )
+        )
 
 
 C0 = "spec.containers[0].resources"
