@@ -1,11 +1,14 @@
-"""One named background task of the running loop, started at most once and stopped on demand."""
+"""Background work of the running loop: one named task started at most once and stopped on
+demand, and a bounded queue such a task works off item by item."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 
 class BackgroundTask:
@@ -29,3 +32,53 @@ class BackgroundTask:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+class QueueWorker(Generic[T]):
+    """A bounded queue worked off by the task ``name``: ``handle`` each item in turn; an item
+    whose ``handle`` raises goes to ``failed`` with the exception, and the next one follows.
+    ``put`` never waits (False when the queue is full)."""
+
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        handle: Callable[[T], Awaitable[None]],
+        failed: Callable[[T, Exception], None],
+    ) -> None:
+        self.queue: asyncio.Queue[T] = asyncio.Queue(size)
+        self._handle = handle
+        self._failed = failed
+        self._task = BackgroundTask(name, self._run)
+
+    def put(self, item: T) -> bool:
+        """Queue ``item``; False when the queue is full (the item is not kept)."""
+        try:
+            self.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+    def start(self) -> asyncio.Task[None]:
+        """Run the worker in the running loop."""
+        return self._task.start()
+
+    async def stop(self) -> None:
+        """Stop the worker (queued items are dropped)."""
+        await self._task.stop()
+
+    async def drain(self) -> None:
+        """Wait until every queued item is handled."""
+        await self.queue.join()
+
+    async def _run(self) -> None:
+        while True:
+            item = await self.queue.get()
+            try:
+                await self._handle(item)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the API's and the connection's failures alike
+                self._failed(item, exc)
+            finally:
+                self.queue.task_done()

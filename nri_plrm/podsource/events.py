@@ -21,7 +21,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event
 
 from nri_plrm.metrics import Metrics
-from nri_plrm.podsource.background import BackgroundTask
+from nri_plrm.podsource.background import QueueWorker
 from nri_plrm.ratelimit import TokenBucket
 
 COMPONENT = "nri-plrm"
@@ -71,9 +71,8 @@ class EventRecorder:
         self.dedupe_window = dedupe_window
         self._clock = clock
         self._bucket = TokenBucket(rate, burst, clock)
-        self._queue: asyncio.Queue[PodEvent] = asyncio.Queue(queue_size)
+        self._worker = QueueWorker("pod-events", queue_size, self._post, self._not_posted)
         self._recent: OrderedDict[PodEvent, float] = OrderedDict()
-        self._runner = BackgroundTask("pod-events", self._run)
         self._overflow_logged = False
 
     def record(
@@ -97,56 +96,40 @@ class EventRecorder:
             self._count("rate_limited")
             self.log.debug("event %s on %s/%s rate-limited", reason, namespace, name)
             return
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
+        if not self._worker.put(event):
             self._count("dropped")
             if not self._overflow_logged:
                 self._overflow_logged = True
                 self.log.warning(
                     "event queue full (%d): dropping events until the API catches up",
-                    self._queue.maxsize,
+                    self._worker.queue.maxsize,
                 )
             return
         self._recent[event] = now
 
     def start(self) -> asyncio.Task[None]:
         """Run the posting task in the running loop."""
-        return self._runner.start()
+        return self._worker.start()
 
     async def drain(self) -> None:
         """Wait until every queued event was posted or failed."""
-        await self._queue.join()
+        await self._worker.drain()
 
     async def stop(self) -> None:
         """Stop posting (queued events are dropped)."""
-        await self._runner.stop()
-
-    async def _run(self) -> None:
-        while True:
-            event = await self._queue.get()
-            try:
-                await self._post(event)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API's and the connection's failures alike
-                self._count("failed")
-                self.log.warning(
-                    "event %s on pod %s/%s not posted: %s",
-                    event.reason,
-                    event.namespace,
-                    event.name,
-                    exc,
-                )
-            else:
-                self._count("posted")
-                self._overflow_logged = False
-            finally:
-                self._queue.task_done()
+        await self._worker.stop()
 
     async def _post(self, event: PodEvent) -> None:
         obj = cast(Event, Event.from_dict(event_object(event, self.node_name)))
         await self.client.create(obj)
+        self._count("posted")
+        self._overflow_logged = False
+
+    def _not_posted(self, event: PodEvent, exc: Exception) -> None:
+        self._count("failed")
+        self.log.warning(
+            "event %s on pod %s/%s not posted: %s", event.reason, event.namespace, event.name, exc
+        )
 
     def _count(self, result: str) -> None:
         if self.metrics is not None:

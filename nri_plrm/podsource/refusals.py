@@ -31,7 +31,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from nri_plrm.metrics import Metrics
-from nri_plrm.podsource.background import BackgroundTask
+from nri_plrm.podsource.background import QueueWorker
 
 REJECTED_PREFIX = "Pod was rejected: "
 """The kubelet's prefix of a rejected pod's status message."""
@@ -80,17 +80,14 @@ class RefusedPods:
         self.node_name = node_name
         self.metrics = metrics
         self.log = logger or logging.getLogger("nri_plrm.podsource.refusals")
-        self._queue: asyncio.Queue[Refusal] = asyncio.Queue(queue_size)
+        self._worker = QueueWorker("refused-pods", queue_size, self._fail, self._not_failed)
         self._handled: OrderedDict[str, None] = OrderedDict()
-        self._runner = BackgroundTask("refused-pods", self._run)
 
     def record(self, pod_uid: str, namespace: str, name: str, reason: str, message: str) -> None:
         """Queue a refused pod (once per uid); returns at once."""
         if pod_uid in self._handled:
             return
-        try:
-            self._queue.put_nowait(Refusal(pod_uid, namespace, name, reason, message))
-        except asyncio.QueueFull:
+        if not self._worker.put(Refusal(pod_uid, namespace, name, reason, message)):
             self._count("dropped")
             return
         self._handled[pod_uid] = None
@@ -99,36 +96,31 @@ class RefusedPods:
 
     def start(self) -> asyncio.Task[None]:
         """Run the patcher in the running loop."""
-        return self._runner.start()
+        return self._worker.start()
 
     async def stop(self) -> None:
         """Stop it (queued refusals are dropped)."""
-        await self._runner.stop()
+        await self._worker.stop()
 
     async def drain(self) -> None:
         """Wait until every queued refusal is handled."""
-        await self._queue.join()
+        await self._worker.drain()
 
-    async def _run(self) -> None:
-        while True:
-            refusal = await self._queue.get()
-            try:
-                self._count(await self._fail(refusal))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API's and the connection's failures alike
-                self._count("error")
-                self.log.warning(
-                    "pod %s/%s refused (%s) but not marked Failed: %s",
-                    refusal.namespace,
-                    refusal.name,
-                    refusal.reason,
-                    exc,
-                )
-            finally:
-                self._queue.task_done()
+    def _not_failed(self, refusal: Refusal, exc: Exception) -> None:
+        self._count("error")
+        self.log.warning(
+            "pod %s/%s refused (%s) but not marked Failed: %s",
+            refusal.namespace,
+            refusal.name,
+            refusal.reason,
+            exc,
+        )
 
-    async def _fail(self, refusal: Refusal) -> str:
+    async def _fail(self, refusal: Refusal) -> None:
+        """Patch the pod's status, counting the outcome."""
+        self._count(await self._patch(refusal))
+
+    async def _patch(self, refusal: Refusal) -> str:
         """Patch the pod's status; the outcome (a metric label)."""
         try:
             pod = await self.client.get(Pod, refusal.name, namespace=refusal.namespace)
