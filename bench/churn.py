@@ -16,7 +16,6 @@ BestEffort). Every request of the run is timed by the simulator.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import tempfile
 import time
 from collections import deque
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.common import main, percentile
-from bench.startup import Daemon, daemon_config, write_machine
+from bench.startup import Daemon, check_exit, daemon_config, stop_daemon, write_machine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.proto import nri_api_pb2 as api
 
@@ -97,11 +96,8 @@ async def _measure(tmp: Path) -> dict[str, float]:
         elapsed = time.perf_counter() - start
         records = sim.records[first:]
     finally:
-        code = await asyncio.get_running_loop().run_in_executor(None, daemon.stop)
-        with contextlib.suppress(Exception):
-            await sim.close()
-    if code != 0:
-        raise RuntimeError(f"daemon exited with {code}:\n{(tmp / 'daemon.log').read_text()}")
+        code = await stop_daemon(daemon, sim)
+    check_exit(code, tmp)
     create = _ms(records, "CreateContainer")
     return {
         "churn_pods_per_s": PODS / elapsed,

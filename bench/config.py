@@ -33,7 +33,14 @@ from collections.abc import Awaitable
 from pathlib import Path
 
 from bench.common import main, percentile
-from bench.startup import Daemon, daemon_config, wait_for_register, write_machine
+from bench.startup import (
+    Daemon,
+    check_exit,
+    daemon_config,
+    stop_daemon,
+    wait_for_register,
+    write_machine,
+)
 from nri_plrm.config import MAX_CONFIG_BYTES
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 
@@ -198,11 +205,8 @@ async def _storm(tmp: Path) -> dict[str, float]:
         with open(f"/proc/{daemon.pid}/status") as f:
             rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
     finally:
-        code = await asyncio.get_running_loop().run_in_executor(None, daemon.stop)
-        with contextlib.suppress(Exception):
-            await sim.close()
-    if code != 0:
-        raise RuntimeError(f"daemon exited with {code}:\n{(tmp / 'daemon.log').read_text()}")
+        code = await stop_daemon(daemon, sim)
+    check_exit(code, tmp)
     return {
         "nri_create_p99_ms_calm": percentile(calm, 99),
         "nri_create_p99_ms_sighup_storm": percentile(stormy, 99),

@@ -13,13 +13,12 @@ the PodResources ``List`` and a metrics scrape are served once (their caches cou
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import tempfile
 import urllib.request
 from pathlib import Path
 
 from bench.common import main
-from bench.startup import Daemon, daemon_config, write_machine
+from bench.startup import Daemon, check_exit, daemon_config, stop_daemon, write_machine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 
 GI = 1 << 30
@@ -99,11 +98,8 @@ async def _measure(tmp: Path) -> dict[str, float]:
         loaded = status_mib(daemon.pid, "VmRSS")
         peak = status_mib(daemon.pid, "VmHWM")
     finally:
-        code = await asyncio.get_running_loop().run_in_executor(None, daemon.stop)
-        with contextlib.suppress(Exception):
-            await sim.close()
-    if code != 0:
-        raise RuntimeError(f"daemon exited with {code}:\n{(tmp / 'daemon.log').read_text()}")
+        code = await stop_daemon(daemon, sim)
+    check_exit(code, tmp)
     return {
         "rss_mb_idle": idle,
         "rss_mb_1000_containers": loaded,

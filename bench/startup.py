@@ -110,6 +110,20 @@ class Daemon:
             return self.proc.wait()
 
 
+async def stop_daemon(daemon: Daemon, sim: object) -> int:
+    """Stop the daemon (SIGTERM, off the loop) and close the simulator; the daemon's exit code."""
+    code = await asyncio.get_running_loop().run_in_executor(None, daemon.stop)
+    with contextlib.suppress(Exception):
+        await sim.close()  # type: ignore[attr-defined]
+    return code
+
+
+def check_exit(code: int, tmp: Path) -> None:
+    """Raise with the daemon's log when it did not exit cleanly."""
+    if code != 0:
+        raise RuntimeError(f"daemon exited with {code}:\n{(tmp / 'daemon.log').read_text()}")
+
+
 async def wait_for_register(sim: object, timeout: float = 30.0, old: object = None) -> float:
     """Wait for RegisterPlugin on a session other than ``old``; returns ``time.perf_counter()``."""
     deadline = time.monotonic() + timeout
@@ -134,12 +148,8 @@ async def _once(tmp: Path) -> tuple[float, float]:
         await sim.wait_registered(timeout=30)
         synchronized = time.perf_counter()
     finally:
-        code = await asyncio.get_running_loop().run_in_executor(None, daemon.stop)
-        with contextlib.suppress(Exception):
-            await sim.close()
-    if code != 0:
-        log = (tmp / "daemon.log").read_text()
-        raise RuntimeError(f"daemon exited with {code}:\n{log}")
+        code = await stop_daemon(daemon, sim)
+    check_exit(code, tmp)
     return registered - start, synchronized - start
 
 
@@ -163,11 +173,8 @@ async def _reconnect(tmp: Path) -> float:
             worst = max(worst, await wait_for_register(sim, old=old) - back)
             await sim.wait_registered(timeout=30)
     finally:
-        code = await asyncio.get_running_loop().run_in_executor(None, daemon.stop)
-        with contextlib.suppress(Exception):
-            await sim.close()
-    if code != 0:
-        raise RuntimeError(f"daemon exited with {code}:\n{(tmp / 'daemon.log').read_text()}")
+        code = await stop_daemon(daemon, sim)
+    check_exit(code, tmp)
     return worst
 
 
