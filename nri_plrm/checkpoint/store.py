@@ -189,17 +189,20 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 def _may_have_bad_keys(value: Any) -> bool:
     """Fast scan for :func:`_check_keys`: False when every mapping key is exactly ``str``.
 
-    Iterative, with exact type tests, so a large state costs one pass without building paths;
-    only a True answer pays for the path-naming walk."""
+    Iterative, with exact type tests, so a large state costs one pass without building paths
+    (a mapping's leaf values are not stacked); only a True answer pays for the path-naming
+    walk."""
     stack = [value]
+    push, pop = stack.append, stack.pop
     while stack:
-        item = stack.pop()
+        item = pop()
         kind = type(item)
         if kind is dict:
-            for key in item:
+            for key, member in item.items():
                 if type(key) is not str:
                     return True
-            stack.extend(item.values())
+                if type(member) not in _LEAVES:
+                    push(member)
         elif kind is list or kind is tuple:
             stack.extend(item)
         elif kind in _LEAVES:

@@ -28,6 +28,7 @@ from nri_plrm.engine.admitted import (
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.device_manager import DeviceManager
+from nri_plrm.engine.holds_nothing import placed_holding_nothing
 from nri_plrm.engine.invariants import accounting_problems, placement_problems
 from nri_plrm.engine.memory_manager import MemoryManager
 from nri_plrm.engine.memory_state import MemoryManagerConfig
@@ -305,6 +306,8 @@ class Engine:
 
     def _add_classic(self, record: AdmittedPod, container: ContainerSpec) -> None:
         """The kubelet's container path: per-container hint, or the stored pod hint."""
+        if placed_holding_nothing(self.topology_manager, record, container, len(self._providers)):
+            return
         spec = record.spec_so_far()
         uid, name = spec.uid, container.name
         tm = self.topology_manager

@@ -430,7 +430,17 @@ class TopologyManager:
         self, pod: PodSpec, container: ContainerSpec, providers: Sequence[HintProvider]
     ) -> TopologyHint:
         """Merge the providers' hints for one container (container scope)."""
-        best, admit = self.merge(p.get_topology_hints(pod, container) for p in providers)
+        return self._admitted(
+            pod, self.merge(p.get_topology_hints(pod, container) for p in providers)
+        )
+
+    def no_preference_hint(self, pod: PodSpec, providers: int) -> TopologyHint:
+        """:meth:`container_hint` when none of the ``providers`` providers has a preference
+        (each would give no map), without asking them."""
+        return self._admitted(pod, self.merge((None,) * providers))
+
+    def _admitted(self, pod: PodSpec, merged: tuple[TopologyHint, bool]) -> TopologyHint:
+        best, admit = merged
         if not admit:
             if pod.has_pod_level_resources:
                 raise pod_level_topology_affinity_error(POD_LEVEL_CONTAINER_SCOPE_MESSAGE)
