@@ -6,6 +6,7 @@ hugepage quantities become bytes (rounded up, as ``Value``).
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 
@@ -47,6 +48,8 @@ def parse_quantity(value: str | int | float) -> Decimal:
     if isinstance(value, int):
         return Decimal(value)
     if isinstance(value, float):
+        if not math.isfinite(value):  # YAML's .inf and .nan are floats
+            raise QuantityError(f"quantity {value!r}: not a finite number")
         return Decimal(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"quantity {value!r}: expected a string or a number")

@@ -47,7 +47,9 @@ def test_memory_bytes(value: str | int, size: int) -> None:
     assert memory_bytes(value) == size
 
 
-@pytest.mark.parametrize("value", ["", "abc", "4X", "4gi", "1.2.3", "Gi", True, None, [1]])
+@pytest.mark.parametrize(
+    "value", ["", "abc", "4X", "4gi", "1.2.3", "Gi", True, None, [1], float("inf"), float("nan")]
+)
 def test_rejects_non_quantities(value: object) -> None:
     with pytest.raises(QuantityError, match="quantity"):
         parse_quantity(value)  # type: ignore[arg-type]
