@@ -7,7 +7,15 @@ from __future__ import annotations
 import time
 
 import pytest
-from containerd_kit import EXCLUSIVE_1CPU, MIB, PluginProcess, Pod, Testbed, all_follow
+from containerd_kit import (
+    EXCLUSIVE_1CPU,
+    MIB,
+    PluginProcess,
+    Pod,
+    Testbed,
+    all_follow,
+    wait_until,
+)
 
 pytestmark = pytest.mark.containerd
 
@@ -36,5 +44,11 @@ def test_exclusive_start_beside_100_best_effort_pods(
     all_follow(shared, "0-1", BOUND)
     log = plugin.tail(200_000)
     assert "failed" not in log, log
-    lags = plugin.metric("nri_plrm_pool_update_lag_seconds_count")
-    assert sum(lags.values()) == 2 * RUNNING, log  # each container once per change
+
+    def observed() -> float:
+        return sum(plugin.metric("nri_plrm_pool_update_lag_seconds_count").values())
+
+    # Each container once per change. A lag is observed when containerd's CRI reply reaches
+    # the plugin, which can trail the cgroup write that all_follow saw by a few milliseconds.
+    wait_until(lambda: observed() >= 2 * RUNNING, BOUND, lambda: f"{observed()} lags\n{log}")
+    assert observed() == 2 * RUNNING, log
