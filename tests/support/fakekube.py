@@ -428,14 +428,22 @@ class FakeKube:
     async def _list(self, request: Request, writer: asyncio.StreamWriter) -> None:
         selector = _selector(request.query.get("fieldSelector", ""))
         limit = 0 if self.ignore_limit else int(request.query.get("limit", "0") or 0)
-        offset = int(request.query.get("continue", "0") or 0)
+        token = request.query.get("continue", "")
+        endless_token = token.startswith("e")
+        offset = int(token.lstrip("e") or 0)
         self.pages_served += 1
+        if endless_token and not self.endless_continue:
+            # The endless list's token outlived the mode: expired, as the API server answers a
+            # continue token it no longer honours (the client lists again from the start).
+            msg = "The provided continue parameter is too old to display a consistent list result."
+            await self._json(writer, 410, _status(410, "Expired", msg))
+            return
         if self.endless_continue:
             node = selector.get("spec.nodeName", "node")
             count = limit or 500
             items = [api_pod(f"endless-{self._endless + i}", node) for i in range(count)]
             self._endless += count
-            cont = str(offset + count)
+            cont = f"e{offset + count}"
         else:
             items = [p for p in self.pods.values() if self._matches(p, selector)]
             end = offset + limit if limit else len(items)
