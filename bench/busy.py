@@ -66,7 +66,7 @@ class Node:
     """The simulator and its container table, the BestEffort containers and their pool."""
 
     def __init__(self, sim: Any, rt: Any) -> None:
-        from nri_plrm.cpuset import CPUSet
+        from nri_plrm.base.cpuset import CPUSet
 
         self.sim = sim
         self.rt = rt
@@ -77,7 +77,7 @@ class Node:
     def cpus(self, text: str) -> Any:
         parsed = self._parsed.get(text)
         if parsed is None:
-            from nri_plrm.cpuset import CPUSet
+            from nri_plrm.base.cpuset import CPUSet
 
             parsed = self._parsed[text] = CPUSet.parse(text)
         return parsed

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import main, percentile
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.checkpoint.kubelet import (
     CPUManagerState,
     MemoryManagerState,
@@ -25,7 +26,6 @@ from nri_plrm.checkpoint.kubelet import (
     encode_memory_manager_state,
 )
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import MemoryBlock
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

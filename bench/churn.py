@@ -1,6 +1,7 @@
 """Sustained churn: pods created and deleted through the NRI wire as fast as the plugin allows.
 
-The daemon (``python -m nri_plrm.daemon``, journal and checkpoints on disk, metrics and PodResources
+The daemon (``python -m nri_plrm.daemon.service``, journal and checkpoints on disk, metrics and
+PodResources
 servers on) runs on the fake 256-CPU machine. The simulator keeps LIVE pods alive and replaces
 the oldest one with a new one, PODS times; pods cycle through four shapes (pod-level with an
 exclusive main and a shared sidecar, classic Guaranteed with an init container, Burstable,

@@ -35,10 +35,10 @@ from inprocess_pods import start as start_pod
 from bench.common import main, percentile
 from bench.plugin import CONFIG, SPEC_256, best_effort, pod_level
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.topology.synthetic import synthetic_topology
 
 ROUNDS = 20

@@ -41,7 +41,7 @@ from bench.startup import (
     wait_for_register,
     write_machine,
 )
-from nri_plrm.config import MAX_CONFIG_BYTES
+from nri_plrm.config.settings import MAX_CONFIG_BYTES
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,8 +51,8 @@ STORM_PERIOD_S = 0.02
 PODS = 400
 READ = (
     "import sys\n"
-    "from nri_plrm.config import ConfigError\n"
-    "from nri_plrm.config_file import load_config\n"
+    "from nri_plrm.config.settings import ConfigError\n"
+    "from nri_plrm.config.file import load_config\n"
     "try:\n"
     "    load_config(sys.argv[1])\n"
     "except ConfigError:\n"
@@ -108,7 +108,7 @@ def timed_read(path: Path) -> tuple[float, float]:
 
 
 def _reads(tmp: Path) -> dict[str, float]:
-    from nri_plrm.config_shape import measure
+    from nri_plrm.config.shape import measure
 
     deep = tmp / "deep.toml"
     deep.write_text(DEEP_KEY)
@@ -135,7 +135,7 @@ def _reads(tmp: Path) -> dict[str, float]:
 
 
 async def _reload_ms() -> float:
-    from nri_plrm.config_reload import ConfigReader
+    from nri_plrm.config.reload import ConfigReader
 
     samples = []
     for _ in range(5):

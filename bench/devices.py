@@ -33,12 +33,12 @@ import grpc
 
 from bench.common import main, percentile
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
-from nri_plrm.daemon import freeze_startup_objects
+from nri_plrm.config.file import parse_config
+from nri_plrm.daemon.service import freeze_startup_objects
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podresources.devices import DevicesByContainer, KubeletDevices
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.proto import podresources_api_pb2 as pb

@@ -18,7 +18,7 @@ import json
 import time
 
 from bench.common import main, percentile
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.facade import Engine, EngineConfig
 from nri_plrm.engine.memory_state import MemoryManagerConfig

@@ -1,7 +1,8 @@
 """Hostile API server benchmark: the daemon's NRI latency and memory while its pod cache faces a
 broken or malicious Kubernetes API server (issue 28, findings 2 to 6).
 
-The daemon (``python -m nri_plrm.daemon``, ``[kubernetes] enabled``, default caps) runs on the
+The daemon (``python -m nri_plrm.daemon.service``, ``[kubernetes] enabled``, default caps) runs on
+the
 fake 256-CPU machine; the fake API server (``tests/support/fakekube.py``) runs in a process of
 its own, so serving the flood costs the daemon nothing but what it reads. Once the daemon is
 registered and its cache synced, the case's mode is turned on (the cache meets it at once: a

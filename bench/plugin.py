@@ -9,7 +9,8 @@ the test runtime model, with NRI messages from the kubelet translation.
   pod-level pods (one exclusive CPU, one pod-shared container) created and removed in turn; the
   first container of each carries the node-shared pool updates (100 containers) unless the
   runtime already has that pool: the previous pod held the same CPUs and the growth after its
-  removal was still waiting (``nri_plrm.pool_updates``: until decisions pause for 50 ms, 1 s at
+  removal was still waiting (``nri_plrm.plugin.pool_updates``: until decisions pause for 50 ms, 1 s
+  at
   most; most pods here).
 - ``synchronize_1000_ms``: the Synchronize a restarted plugin answers with its checkpoint, for
   1,000 containers (100 pod-level pods of 5, 500 BestEffort pods).
@@ -86,11 +87,11 @@ def serve_plugin(socket_path: str, state_dir: str) -> None:
     """Run the plugin behind the stub until the runtime goes away (child process)."""
     _plugin_code()
     from nri_plrm.checkpoint.store import CheckpointStore
-    from nri_plrm.config_file import parse_config
+    from nri_plrm.config.file import parse_config
     from nri_plrm.engine.facade import Engine
     from nri_plrm.ledger import NodeLedger
     from nri_plrm.nri.stub import Stub
-    from nri_plrm.plugin import Plugin
+    from nri_plrm.plugin.handlers import Plugin
     from nri_plrm.topology.synthetic import synthetic_topology
 
     engine = Engine(synthetic_topology(SPEC_256), parse_config(CONFIG).engine_config())
@@ -109,7 +110,7 @@ def serve_plugin(socket_path: str, state_dir: str) -> None:
     else:  # an older checkout (BENCH_PLUGIN_CODE): no choice of the update path
         plugin.attach(stub.update_containers)
     try:
-        from nri_plrm.daemon import freeze_startup_objects
+        from nri_plrm.daemon.service import freeze_startup_objects
     except ImportError:  # an older checkout (BENCH_PLUGIN_CODE) without it
         pass
     else:
@@ -143,7 +144,7 @@ def serve_logged(socket_path: str, state_dir: str) -> None:
     """:func:`serve_plugin`, logging as the daemon does at its default level (the parent
     discards the lines)."""
     _plugin_code()
-    from nri_plrm.daemon import setup_logging
+    from nri_plrm.daemon.service import setup_logging
 
     setup_logging("info", "text")
     serve_plugin(socket_path, state_dir)

@@ -14,14 +14,14 @@ import grpc
 from static_view import StaticView
 
 from bench.common import main, percentile
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, MemoryBlock
 from nri_plrm.ledger.view import ContainerView, PodView
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podresources import report
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService
-from nri_plrm.ratelimit import TokenBucket
 from nri_plrm.topology.synthetic import synthetic_topology
+from nri_plrm.util.ratelimit import TokenBucket
 
 PODS = 500
 ROUNDS = 200

@@ -1,6 +1,6 @@
 """Memory benchmark: resident set size of the running daemon with 1,000 live containers.
 
-The daemon (``python -m nri_plrm.daemon``, metrics and PodResources servers on, journal and
+The daemon (``python -m nri_plrm.daemon.service``, metrics and PodResources servers on, journal and
 checkpoints on disk) runs on the fake 256-CPU machine; the simulator creates 100 pod-level pods of 5
 containers (one exclusive, four pod-shared) and 500 BestEffort pods through the NRI wire, then
 the PodResources ``List`` and a metrics scrape are served once (their caches count too).

@@ -1,4 +1,5 @@
-"""Start-up benchmark: ``python -m nri_plrm.daemon`` from exec to registered with the runtime.
+"""Start-up benchmark: ``python -m nri_plrm.daemon.service`` from exec to registered with the
+runtime.
 
 The daemon runs as in production (the real entry point, a TOML file, topology discovery on a
 fake sysfs tree of the 256-CPU machine, checkpoint restore, metrics HTTP server, PodResources
@@ -87,7 +88,7 @@ class Daemon:
         env.pop("NOTIFY_SOCKET", None)
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "nri_plrm.daemon", "--config", str(config)],
+                [sys.executable, "-m", "nri_plrm.daemon.service", "--config", str(config)],
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -80,10 +80,10 @@ async def _node(node: Node) -> tuple[list[Any], list[Any]]:
     """What Synchronize reports on ``node``."""
     from plrm_runtime import FakeRuntime
 
-    from nri_plrm.config_file import parse_config
+    from nri_plrm.config.file import parse_config
     from nri_plrm.engine.facade import Engine
     from nri_plrm.ledger import NodeLedger
-    from nri_plrm.plugin import Plugin
+    from nri_plrm.plugin.handlers import Plugin
     from nri_plrm.proto import nri_api_pb2 as api
     from nri_plrm.topology.synthetic import synthetic_topology
 

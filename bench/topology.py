@@ -10,7 +10,7 @@ from collections.abc import Callable
 from fakesysfs import write_sysfs
 
 from bench.common import main, percentile
-from nri_plrm.topology.hotplug.uevent import hotplug_event, parse_uevent
+from nri_plrm.daemon.hotplug.uevent import hotplug_event, parse_uevent
 from nri_plrm.topology.machines import SYNTHETIC_1024_SPEC, load_topology
 from nri_plrm.topology.synthetic import describe, synthetic_topology
 from nri_plrm.topology.sysfs import discover

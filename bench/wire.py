@@ -48,7 +48,7 @@ class _NoOp:
 
 def serve_plugin(socket_path: str) -> None:
     """Run the stub with the no-op handler until the runtime goes away (child process)."""
-    from nri_plrm.daemon import freeze_startup_objects
+    from nri_plrm.daemon.service import freeze_startup_objects
     from nri_plrm.nri.stub import Stub
 
     stub = Stub(_NoOp(), name="bench", index="50", socket_path=socket_path, reconnect=False)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Take one CPU offline and back under the running plugin, on a real kernel (root; not CI).
 
-The daemon (``nri_plrm.daemon.run``) runs against the runtime simulator (tests/support/nrisim)
+The daemon (``nri_plrm.daemon.service.run``) runs against the runtime simulator
+(tests/support/nrisim)
 on the machine's real ``/sys`` with the real uevent socket, and repairs a real cgroup v1
 cpuset tree built for the experiment under ``/sys/fs/cgroup/cpuset/<--kubepods>`` (pod and
 container cgroups laid out like the kubelet's and runc's, each container running ``sleep``).
@@ -31,8 +32,8 @@ from nrisim import NRISimulator
 from plrm_daemon import free_port
 from plrm_runtime import FakeRuntime
 
-from nri_plrm import daemon
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
+from nri_plrm.daemon import service as daemon
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 
 GUARANTEED_UID = "0c6a3f8e-0000-4000-8000-0000000000a1"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nri_plrm.cpuset import EMPTY, MAX_CPU_ID, CPUSet, CPUSetError
+from nri_plrm.base.cpuset import EMPTY, MAX_CPU_ID, CPUSet, CPUSetError
 
 cpu_ids = st.frozensets(st.integers(min_value=0, max_value=2047), max_size=200)
 

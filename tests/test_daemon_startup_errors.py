@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fakesysfs import write_sysfs
 
-from nri_plrm import daemon
+from nri_plrm.observability import log_output
 from nri_plrm.topology.machines import load_topology
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,15 +74,15 @@ def _format_of_setup(monkeypatch: pytest.MonkeyPatch, stream: io.TextIOBase) -> 
     root = logging.getLogger()
     saved = list(root.handlers), root.level
     try:
-        daemon.setup_logging("info", "text")
-        assert daemon._output is not None and root.handlers == [daemon._output]
-        formatter = daemon._output.formatter
+        log_output.setup_logging("info", "text")
+        assert log_output._output is not None and root.handlers == [log_output._output]
+        formatter = log_output._output.formatter
         assert formatter is not None
         return formatter.format(
             logging.LogRecord("nri_plrm.x", logging.INFO, "", 0, "hi", (), None)
         )
     finally:
-        daemon.close_logging()
+        log_output.close_logging()
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
 

@@ -7,8 +7,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from nri_plrm.liveness import LOOP_STALL_AFTER, Liveness
-from nri_plrm.sdnotify import Notifier
+from nri_plrm.daemon.liveness import LOOP_STALL_AFTER, Liveness
+from nri_plrm.daemon.sdnotify import Notifier
 
 
 @dataclass

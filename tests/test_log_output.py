@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from nri_plrm.log_output import FLUSH_INTERVAL, BatchedOutput
+from nri_plrm.observability.log_output import FLUSH_INTERVAL, BatchedOutput
 
 
 def record(message: str, *args: object) -> logging.LogRecord:

@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nri_plrm.quantity import QuantityError, cpu_millis, format_bytes, memory_bytes, parse_quantity
+from nri_plrm.base.quantity import (
+    QuantityError,
+    cpu_millis,
+    format_bytes,
+    memory_bytes,
+    parse_quantity,
+)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""``nri_plrm.steps``: one body of work run at once or between the event loop's other work."""
+"""``nri_plrm.util.steps``: one body of work run at once or between the event loop's other work."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from nri_plrm import steps
-from nri_plrm.steps import Steps, beside_loop, finish, stepwise
+from nri_plrm.util import steps
+from nri_plrm.util.steps import Steps, beside_loop, finish, stepwise
 
 
 def counted(n: int, log: list[str]) -> Steps[int]:

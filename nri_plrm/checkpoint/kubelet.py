@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.kubelet_export import (
     CPU_MANAGER_STATE_FILE,
@@ -38,10 +39,9 @@ from nri_plrm.checkpoint.kubelet_export import (
     read_regular,
     write_owned,
 )
-from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.memory_state import MemoryTable
 from nri_plrm.engine.spec import MemoryBlock
-from nri_plrm.steps import Steps, finish
+from nri_plrm.util.steps import Steps, finish
 
 CPU_FORMATS = ("v2", "v4")
 MEMORY_FORMATS = ("v1", "v3")
@@ -346,7 +346,7 @@ def encode_cpu_manager_state(state: CPUManagerState, fmt: str = "v4") -> bytes:
 
 
 def cpu_manager_state_steps(state: CPUManagerState, fmt: str = "v4") -> Steps[bytes]:
-    """:func:`encode_cpu_manager_state` in steps (see ``nri_plrm.steps``)."""
+    """:func:`encode_cpu_manager_state` in steps (see ``nri_plrm.util.steps``)."""
     if fmt not in CPU_FORMATS:
         raise ValueError(f"cpu manager checkpoint format {fmt!r}: must be one of {CPU_FORMATS}")
     fields: dict[str, Any] = {
@@ -371,7 +371,7 @@ def encode_memory_manager_state(state: MemoryManagerState, fmt: str = "v3") -> b
 
 
 def memory_manager_state_steps(state: MemoryManagerState, fmt: str = "v3") -> Steps[bytes]:
-    """:func:`encode_memory_manager_state` in steps (see ``nri_plrm.steps``)."""
+    """:func:`encode_memory_manager_state` in steps (see ``nri_plrm.util.steps``)."""
     if fmt not in MEMORY_FORMATS:
         raise ValueError(
             f"memory manager checkpoint format {fmt!r}: must be one of {MEMORY_FORMATS}"
@@ -530,7 +530,7 @@ def kubelet_files_steps(
     cpu_format: str = "v4",
     memory_format: str = "v3",
 ) -> Steps[dict[str, bytes]]:
-    """The contents of the kubelet-format files, by name, in steps (see ``nri_plrm.steps``)."""
+    """The contents of the kubelet-format files, by name, in steps (see ``nri_plrm.util.steps``)."""
     files = {}
     if cpu is not None:
         files[CPU_MANAGER_STATE_FILE] = yield from cpu_manager_state_steps(cpu, cpu_format)

@@ -49,7 +49,7 @@ from typing import Any
 
 from nri_plrm.checkpoint.atomic import move_aside, open_at, open_dir, write_at
 from nri_plrm.checkpoint.flusher import Flusher
-from nri_plrm.steps import Steps
+from nri_plrm.util.steps import Steps
 
 CURRENT_VERSION = 1
 """The layout version this plugin writes."""

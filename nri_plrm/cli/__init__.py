@@ -30,7 +30,7 @@ from nri_plrm.cli.run import cmd_run
 from nri_plrm.cli.simulate import DEFAULT_MEMORY_PER_NUMA, cmd_simulate
 from nri_plrm.cli.state import cmd_state
 from nri_plrm.cli.topology import cmd_topology
-from nri_plrm.config import DEFAULT_PATH
+from nri_plrm.config.settings import DEFAULT_PATH
 from nri_plrm.topology.machines import MACHINES
 
 PROG = "nri-plrm"
@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     _topology_options(check, "default: this machine, from [topology] sysfs_root")
     check.set_defaults(handler=cmd_check_config)
 
-    doctor.add_parser(sub, PROG)
+    doctor.add_parser(sub.add_parser, PROG)
 
     version = sub.add_parser(
         "version",

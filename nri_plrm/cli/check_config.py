@@ -11,9 +11,9 @@ import argparse
 from typing import TextIO
 
 from nri_plrm.cli.inputs import EXIT_OK, CommandError, UsageError, load, machine
-from nri_plrm.config import ConfigError, validate_for_topology
-from nri_plrm.kubeconfig_file import kubeconfig_problems
-from nri_plrm.safepaths import host_problems
+from nri_plrm.config.host_checks import host_problems
+from nri_plrm.config.kubeconfig import kubeconfig_problems
+from nri_plrm.config.settings import ConfigError, validate_for_topology
 from nri_plrm.topology.model import Topology
 
 MACHINE_RULES = "reserved CPUs and memory exist, NUMA node limits"

@@ -7,11 +7,11 @@ every command).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from nri_plrm.cli.render import add_output_option, emit_json, render_table
-from nri_plrm.config import DEFAULT_PATH
+from nri_plrm.config.settings import DEFAULT_PATH
 from nri_plrm.doctor.containerd import DEFAULT_CONFIG_PATH as CONTAINERD_CONFIG
 from nri_plrm.doctor.containerd_version import DEFAULT_ADDRESS as CONTAINERD_SOCKET
 from nri_plrm.doctor.kubelet import DEFAULT_CONFIG_PATH as KUBELET_CONFIG
@@ -21,9 +21,9 @@ from nri_plrm.doctor.result import Check, Status, worst
 from nri_plrm.doctor.runner import DoctorInputs, run_checks
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], prog: str) -> None:
-    """Register ``doctor`` on the sub-command parser ``sub``."""
-    doctor = sub.add_parser(
+def add_parser(new_parser: Callable[..., argparse.ArgumentParser], prog: str) -> None:
+    """Register ``doctor`` through ``new_parser``, the sub-command parsers' ``add_parser``."""
+    doctor = new_parser(
         "doctor",
         help="check this node before and after installing (containerd, kubelet, cgroups, plugin)",
         description=(

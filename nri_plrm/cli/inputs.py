@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from nri_plrm.config import Config, ConfigError
-from nri_plrm.config_file import load_config
+from nri_plrm.config.file import load_config
+from nri_plrm.config.settings import Config, ConfigError
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.sysfs import discover

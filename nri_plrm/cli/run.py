@@ -7,9 +7,9 @@ import asyncio
 import os
 from typing import TextIO
 
-from nri_plrm import daemon
 from nri_plrm.cli.inputs import UsageError, load
-from nri_plrm.config import DEFAULT_PATH
+from nri_plrm.config.settings import DEFAULT_PATH
+from nri_plrm.daemon import service as daemon
 
 EXAMPLE_CONFIG = "/usr/share/doc/nri-plrm/config.toml"
 """The documented example configuration (every key at its default) the .deb installs."""

@@ -1,7 +1,8 @@
 """``nri-plrm simulate``: the dry run through the daemon's own code path.
 
 For each pod, in the order given, the kubelet translation builds the NRI messages containerd
-would send (``nri_plrm.translate.pod_to_cri``), and the real :class:`nri_plrm.plugin.Plugin`
+would send (``nri_plrm.translate.pod_to_cri``), and the real
+:class:`nri_plrm.plugin.handlers.Plugin`
 handlers answer them against an in-memory runtime:
 
 1. ``RunPodSandbox``: the plugin admits the pod (it has the manifests through a
@@ -35,6 +36,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.base.quantity import format_bytes, memory_bytes
 from nri_plrm.cli.inputs import EXIT_OK, EXIT_REJECTED, UsageError, load, machine
 from nri_plrm.cli.render import count, emit_json, render_table
 from nri_plrm.cli.simulate_devices import DeviceChoice, devices_cause
@@ -45,8 +48,7 @@ from nri_plrm.cli.simulate_resize import (
     resized_pod,
     run_resize,
 )
-from nri_plrm.config import Config, ConfigError, validate_for_topology
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.config.settings import Config, ConfigError, validate_for_topology
 from nri_plrm.engine.availability import (
     NumaAvailability,
     free_per_numa,
@@ -64,10 +66,9 @@ from nri_plrm.engine.spec import (
 )
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.handlers import NRIError
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.quantity import format_bytes, memory_bytes
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC, describe, with_memory
 from nri_plrm.translate.manifest_to_pod import ManifestError, load_manifests
@@ -316,7 +317,7 @@ def simulate(
     at each pod's admission.
 
     Raises ``nri_plrm.translate.manifest_to_pod.ManifestError`` for bad manifests,
-    ``nri_plrm.config.ConfigError`` when the config does not fit the machine and
+    ``nri_plrm.config.settings.ConfigError`` when the config does not fit the machine and
     ``nri_plrm.cli.inputs.UsageError`` for a resize naming no pod or container of them.
     """
     return simulate_pods(load_manifests(manifest_paths), topology, config, resizes, devices)

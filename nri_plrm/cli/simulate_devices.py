@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nri_plrm.cli.inputs import UsageError
-from nri_plrm.config import Config
+from nri_plrm.config.settings import Config
 from nri_plrm.engine.device_allocation import KubeletDeviceAllocator
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import Device

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from nri_plrm.base.quantity import cpu_millis, memory_bytes
 from nri_plrm.cli.inputs import UsageError
 from nri_plrm.engine.resize import (
     CPU_STATIC_MESSAGE,
@@ -40,9 +41,8 @@ from nri_plrm.engine.spec import (
     ResourceList,
 )
 from nri_plrm.nri.handlers import NRIError
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.quantity import cpu_millis, memory_bytes
 from nri_plrm.translate.pod_to_cri import nri_container, nri_pod_sandbox
 
 FLAG = "--resize"

@@ -14,6 +14,8 @@ import argparse
 import os
 from typing import Any, TextIO
 
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.base.quantity import format_bytes_human
 from nri_plrm.checkpoint.journal import DecisionJournal
 from nri_plrm.checkpoint.store import (
     CURRENT_VERSION,
@@ -23,15 +25,13 @@ from nri_plrm.checkpoint.store import (
 )
 from nri_plrm.cli.inputs import EXIT_OK, CommandError, load, machine
 from nri_plrm.cli.render import count, emit_json, render_table
-from nri_plrm.config import Config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.config.settings import Config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.ledger.view import PodResourcesView, reported_containers
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.proto import podresources_api_pb2 as pb
-from nri_plrm.quantity import format_bytes_human
 from nri_plrm.topology.model import Topology
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
+from nri_plrm.base.quantity import format_bytes_human
 from nri_plrm.cli.inputs import EXIT_OK, load, machine
 from nri_plrm.cli.render import count, emit_json, render_table
 from nri_plrm.engine.spec import MEMORY
-from nri_plrm.quantity import format_bytes_human
 from nri_plrm.topology.synthetic import describe
 
 

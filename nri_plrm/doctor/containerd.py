@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nri_plrm.config import Config, ConfigError
-from nri_plrm.config_file import read_config_bytes
+from nri_plrm.config.file import read_config_bytes
+from nri_plrm.config.settings import Config, ConfigError
 from nri_plrm.doctor.containerd_version import ContainerdVersion
 from nri_plrm.doctor.docs import doc_ref
 from nri_plrm.doctor.result import Check, fail, ok, warn

@@ -16,15 +16,15 @@ from typing import Any
 
 import yaml
 
+from nri_plrm.base.cpuset import CPUSet, CPUSetError
+from nri_plrm.base.quantity import QuantityError, format_bytes, memory_bytes
 from nri_plrm.checkpoint.kubelet import kubelet_cpu_policy
 from nri_plrm.checkpoint.kubelet_export import MEMORY_MANAGER_STATE_FILE
-from nri_plrm.config import Config, ConfigError
-from nri_plrm.config_file import read_config_bytes
-from nri_plrm.cpuset import CPUSet, CPUSetError
+from nri_plrm.config.file import read_config_bytes
+from nri_plrm.config.settings import Config, ConfigError
 from nri_plrm.doctor.docs import doc_ref
 from nri_plrm.doctor.kubelet_process import FLAG_KEYS, KubeletProcess
 from nri_plrm.doctor.result import Check, fail, ok, warn
-from nri_plrm.quantity import QuantityError, format_bytes, memory_bytes
 
 AREA = "kubelet"
 DEFAULT_CONFIG_PATH = "/var/lib/kubelet/config.yaml"

@@ -11,9 +11,9 @@ from lightkube import ApiError, KubeConfig
 from lightkube.core.exceptions import ConfigError as LightkubeConfigError
 from lightkube.resources.core_v1 import Node
 
-from nri_plrm.config import Config
+from nri_plrm.config.kubeconfig import KubeconfigFileError, read_kubeconfig
+from nri_plrm.config.settings import Config
 from nri_plrm.doctor.result import Check, fail, ok
-from nri_plrm.kubeconfig_file import KubeconfigFileError, read_kubeconfig
 from nri_plrm.podsource.client import (
     SERVICE_ACCOUNT_DIR,
     KubeConfigError,

@@ -10,10 +10,10 @@ import os
 import socket
 import stat
 
-from nri_plrm.config import Config
+from nri_plrm.config.settings import Config
 from nri_plrm.doctor.docs import doc_ref
 from nri_plrm.doctor.result import Check, fail, ok, warn
-from nri_plrm.metrics_server import parse_address
+from nri_plrm.observability.metrics_server import parse_address
 from nri_plrm.podresources.client import PodResourcesClient
 
 AREA = "plugin"

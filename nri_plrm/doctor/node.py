@@ -10,11 +10,11 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from nri_plrm.config import Config, ConfigError, startup_warnings, validate_for_topology
-from nri_plrm.config_file import load_config
+from nri_plrm.config.file import load_config
+from nri_plrm.config.host_checks import host_problems
+from nri_plrm.config.settings import Config, ConfigError, startup_warnings, validate_for_topology
 from nri_plrm.doctor.docs import doc_ref
 from nri_plrm.doctor.result import Check, fail, ok, warn
-from nri_plrm.safepaths import host_problems
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.sysfs import discover
 
@@ -119,7 +119,7 @@ def check_plugin_config(pc: PluginConfig) -> Check:
 
 def check_plugin_paths(pc: PluginConfig) -> Check:
     """The sockets, state directory and kubelet-format export pass the host checks
-    (``nri_plrm.safepaths``) that ``check-config`` and ``run`` apply."""
+    (``nri_plrm.config.host_checks``) that ``check-config`` and ``run`` apply."""
     problems = host_problems(pc.config)
     if problems:
         return fail(

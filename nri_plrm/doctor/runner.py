@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nri_plrm.config import DEFAULT_PATH
+from nri_plrm.config.settings import DEFAULT_PATH
 from nri_plrm.doctor import (
     containerd,
     containerd_version,

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.bitmask import mask_of
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec, TopologyHint
 from nri_plrm.engine.spec_json import (

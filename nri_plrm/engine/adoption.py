@@ -16,7 +16,7 @@ of their inputs replays to the same state. Whole-pod (``admit_pod``) records are
 
 from __future__ import annotations
 
-from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.admitted import MODE_CLASSIC, MODE_POD_LEVEL, MODE_WHOLE, AdmittedPod
 from nri_plrm.engine.bitmask import mask_of
 from nri_plrm.engine.cpu_assignment import CPUAllocationError, topology_index

@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.topology.model import Topology
 
 

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Iterable
 from itertools import combinations, compress
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_assignment import TopologyIndex, topology_index
 from nri_plrm.engine.spec import TopologyHint
 from nri_plrm.engine.topology_manager import HintList

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.cpu_assignment import (
     CPUAllocationError,
     topology_index,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_assignment import TakeOptions, topology_index
 from nri_plrm.engine.strconv import number_as_option, parse_bool
 from nri_plrm.topology.model import Topology

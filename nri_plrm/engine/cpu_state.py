@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nri_plrm.cpuset import EMPTY, CPUSet, CPUSetError
+from nri_plrm.base.cpuset import EMPTY, CPUSet, CPUSetError
 from nri_plrm.engine.spec import PodSpec
 
 

@@ -7,7 +7,7 @@ count (the topology and the policy options are the node's), so it is kept, not r
 
 from __future__ import annotations
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_assignment import TakeOptions, take_by_topology
 from nri_plrm.topology.model import Topology
 

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from nri_plrm.base.quantity import format_bytes_human
 from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.device_explain import device_cause, with_devices
 from nri_plrm.engine.device_manager import container_devices, pod_devices
@@ -36,7 +37,6 @@ from nri_plrm.engine.spec import (
     ResourceList,
 )
 from nri_plrm.engine.topology_manager import POLICY_NONE, SCOPE_POD
-from nri_plrm.quantity import format_bytes_human
 
 POLICY_SINGLE_NUMA_NODE = "single-numa-node"
 POLICY_RESTRICTED = "restricted"

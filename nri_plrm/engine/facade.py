@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.admitted import (
     MODE_CLASSIC,
     MODE_POD_LEVEL,

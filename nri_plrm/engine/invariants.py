@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.admitted import AdmittedPod
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.memory_manager import MemoryManager

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.admitted import MODE_WHOLE, AdmittedPod
 from nri_plrm.engine.cpu_assignment import CPUAllocationError, take_by_topology
 from nri_plrm.engine.cpu_requests import QOS_GUARANTEED, effective_requests, pod_qos

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.topology_manager import (
     POLICY_NONE,
     POLICY_RESTRICTED,

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.checkpoint.journal import JournalError
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
-from nri_plrm.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.facade import Changes, Engine
 from nri_plrm.engine.spec import (
     AdmissionError,

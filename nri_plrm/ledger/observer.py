@@ -8,7 +8,8 @@ from nri_plrm.engine.spec import ContainerAssignment
 
 
 class LedgerObserver(Protocol):
-    """The one interface through which decisions are counted (``nri_plrm.metrics.Metrics``)."""
+    """The one interface through which decisions are counted
+    (``nri_plrm.observability.metrics.Metrics``)."""
 
     def record_admission(self, reason: str | None = None) -> None:
         """A pod admitted (``reason`` None) or rejected with the kubelet's reason."""

@@ -44,7 +44,7 @@ from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore, canonica
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger.observer import LedgerObserver
 from nri_plrm.ledger.transitions import Op
-from nri_plrm.steps import beside_loop, finish, stepwise
+from nri_plrm.util.steps import beside_loop, finish, stepwise
 
 COMPACT_RECORDS = 4000
 """Journal records after which the journal is folded into a full checkpoint. A fold disturbs

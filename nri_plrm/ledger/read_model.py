@@ -19,7 +19,7 @@ import threading
 from collections.abc import Collection
 from collections.abc import Set as AbstractSet
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment
 from nri_plrm.ledger.tables import ContainerKey, PodRecord, Tables

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, cast
 
-from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.adoption import adopt_container, adopt_sandbox, place_in_node_pool
 from nri_plrm.engine.facade import Changes, Engine
 from nri_plrm.engine.resize import resize_container, resize_pod, with_container

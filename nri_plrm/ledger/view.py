@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.spec import ContainerAssignment, ContainerKind, MemoryBlock
 
 

@@ -19,7 +19,7 @@ from nri_plrm.ledger.view import (
     reported_containers,
 )
 from nri_plrm.proto import podresources_api_pb2 as pb
-from nri_plrm.steps import Steps, finish
+from nri_plrm.util.steps import Steps, finish
 
 
 def memory_message(block: MemoryBlock) -> pb.ContainerMemory:

@@ -27,13 +27,13 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from nri_plrm.config import PodResourcesSettings
+from nri_plrm.config.settings import PodResourcesSettings
 from nri_plrm.ledger.view import PodResourcesView, PodView, find_pod
 from nri_plrm.podresources import report
 from nri_plrm.podresources.client import PodResourcesClient
 from nri_plrm.proto import podresources_api_pb2 as pb
-from nri_plrm.ratelimit import TokenBucket
-from nri_plrm.steps import beside_loop
+from nri_plrm.util.ratelimit import TokenBucket
+from nri_plrm.util.steps import beside_loop
 
 SERVICE_NAME = "v1.PodResourcesLister"
 RATE_LIMIT_MESSAGE = "rejected by rate limit"

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from lightkube import AsyncClient
 
-from nri_plrm.config import KubernetesSettings, TopologyManagerSettings
+from nri_plrm.config.settings import KubernetesSettings, TopologyManagerSettings
 from nri_plrm.engine.topology_manager import DEFAULT_MAX_ALLOWABLE_NUMA_NODES
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.client import (
     SERVICE_ACCOUNT_DIR,
     KubeConfigError,

@@ -16,7 +16,7 @@ from lightkube.config.client_adapter import AsyncClient as HttpClient
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.core.exceptions import ConfigError as LightkubeConfigError
 
-from nri_plrm.config import KubernetesSettings
+from nri_plrm.config.settings import KubernetesSettings
 from nri_plrm.podsource.podapi import ApiLimits, PodApi
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -20,9 +20,9 @@ from typing import Any, cast
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event
 
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.background import QueueWorker
-from nri_plrm.ratelimit import TokenBucket
+from nri_plrm.util.ratelimit import TokenBucket
 
 COMPONENT = "nri-plrm"
 """``source.component`` and ``reportingComponent`` of every Event."""

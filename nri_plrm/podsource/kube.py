@@ -31,7 +31,7 @@ from typing import Any
 import httpx2
 
 from nri_plrm.engine.spec import PodSpec
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.background import BackgroundTask
 from nri_plrm.podsource.convert import PodObjectError, pod_key, pod_spec_from_api
 from nri_plrm.podsource.pages import Refused

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from nri_plrm.engine.spec import PodSpec
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.base import PodSpecSource
 
 

@@ -35,7 +35,7 @@ from nri_plrm.engine.topology_manager import (
     POLICY_SINGLE_NUMA_NODE,
     SCOPE_POD,
 )
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.background import BackgroundTask
 from nri_plrm.podsource.fingerprint import METHOD_ALL, fingerprint
 from nri_plrm.podsource.kube import Backoff, describe_failure

@@ -30,7 +30,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.background import QueueWorker
 
 REJECTED_PREFIX = "Pod was rejected: "

@@ -26,9 +26,9 @@ import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 
-from nri_plrm.bounded_file import InputFileError, read_regular_file
 from nri_plrm.topology.model import CPUInfo, Topology, TopologyError
 from nri_plrm.topology.synthetic import DEFAULT_SPEC, load_cpu_table, synthetic_topology
+from nri_plrm.util.bounded_file import InputFileError, read_regular_file
 
 MAX_CPU_TABLE_BYTES = 16 * 1024 * 1024
 """The largest CPU-table file read: 16 MiB (a row is about 100 bytes: room for 100,000 CPUs)."""
@@ -252,7 +252,7 @@ MACHINES: Mapping[str, Topology] = _LazyMachines(_BUILDERS)
 def load_topology(spec_or_path: str) -> Topology:
     """A CPU-table file, a named test machine, or a compact spec (in that order of lookup).
 
-    A file is read with :func:`nri_plrm.bounded_file.read_regular_file` (at most
+    A file is read with :func:`nri_plrm.util.bounded_file.read_regular_file` (at most
     :data:`MAX_CPU_TABLE_BYTES`); a value that looks like a path (it has a ``/`` or ends in
     ``.json``) and names a directory, FIFO or device is refused as such. An empty value is
     refused.

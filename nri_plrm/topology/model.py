@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 
 MAX_NUMA_NODES = 1024
 """NUMA node ids must be below this (the kernel's largest ``MAX_NUMNODES``)."""

@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nri_plrm.cpuset import MAX_CPU_ID, CPUSet
-from nri_plrm.quantity import QuantityError, format_bytes, memory_bytes
+from nri_plrm.base.cpuset import MAX_CPU_ID, CPUSet
+from nri_plrm.base.quantity import QuantityError, format_bytes, memory_bytes
 from nri_plrm.topology.model import CPUInfo, NUMANode, Topology, TopologyError
 
 DEFAULT_SPEC = (

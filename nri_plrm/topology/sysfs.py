@@ -34,8 +34,8 @@ import logging
 import os
 import re
 
-from nri_plrm.cpuset import MAX_CPU_ID, CPUSet, CPUSetError
-from nri_plrm.quantity import format_bytes
+from nri_plrm.base.cpuset import MAX_CPU_ID, CPUSet, CPUSetError
+from nri_plrm.base.quantity import format_bytes
 from nri_plrm.topology.model import MAX_NUMA_NODES, CPUInfo, Topology, TopologyError
 
 log = logging.getLogger(__name__)

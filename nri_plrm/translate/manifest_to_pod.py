@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import yaml
 
-from nri_plrm.bounded_file import STDIN_NAME, InputFileError, read_regular_file, read_stream
+from nri_plrm.base.quantity import QuantityError, cpu_millis, memory_bytes, parse_quantity
 from nri_plrm.engine.spec import (
     CPU,
     HUGEPAGES_PREFIX,
@@ -40,7 +40,7 @@ from nri_plrm.engine.spec import (
     PodSpec,
     is_memory_resource,
 )
-from nri_plrm.quantity import QuantityError, cpu_millis, memory_bytes, parse_quantity
+from nri_plrm.util.bounded_file import STDIN_NAME, InputFileError, read_regular_file, read_stream
 
 UID_NAMESPACE = uuid.UUID("6b1e1a36-5d2f-4c55-9a4e-6f1f2c0d7a10")
 """uuid5 namespace of the uids derived from ``<namespace>/<name>`` when a manifest has none."""
@@ -115,7 +115,7 @@ def derived_uid(namespace: str, name: str) -> str:
 def load_manifests(paths: Iterable[str | Path], stdin: IO[Any] | None = None) -> list[PodSpec]:
     """Every pod of every file, in order; ``-`` reads ``stdin`` (default: the process's).
 
-    Each file is read with :func:`nri_plrm.bounded_file.read_regular_file` (a regular file of
+    Each file is read with :func:`nri_plrm.util.bounded_file.read_regular_file` (a regular file of
     at most :data:`MAX_MANIFEST_BYTES`), standard input up to the same limit. Raises
     ManifestError: a missing, unreadable, oversized or empty file, a directory, FIFO or device,
     ``-`` given twice, and pods whose namespace/name or uid repeats within or across files.

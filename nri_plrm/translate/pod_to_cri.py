@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nri_plrm.base.quantity import memory_bytes
 from nri_plrm.engine.spec import (
     CPU,
     HUGEPAGES_PREFIX,
@@ -41,7 +42,6 @@ from nri_plrm.engine.spec import (
     PodSpec,
 )
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.quantity import memory_bytes
 from nri_plrm.translate.manifest_to_pod import aggregate_requests
 
 DEFAULT_CPU_PERIOD = 100_000

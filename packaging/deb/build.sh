@@ -81,7 +81,7 @@ fi
 "$python" -m compileall -q -j 0 --invalidation-mode checked-hash -s "$root" -p / \
     "$venv/lib/python$pyver/site-packages" >/dev/null
 # The interpreter finds its venv next to itself, so the relocated tree still imports here.
-"$venv/bin/python" -I -c 'import nri_plrm.cli, nri_plrm.daemon, grpc, google.protobuf, yaml' \
+"$venv/bin/python" -I -c 'import nri_plrm.cli, nri_plrm.daemon.service, grpc, google.protobuf, yaml' \
     || die "the relocated venv cannot import nri-plrm and its dependencies"
 
 install -D -m 0644 "$repo/systemd/nri-plrm.service" "$root/lib/systemd/system/nri-plrm.service"

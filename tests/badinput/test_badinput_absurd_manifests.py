@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nri_plrm.base.quantity import QuantityError, cpu_millis, memory_bytes
 from nri_plrm.cli.simulate import SimulatedPod, simulate
-from nri_plrm.config_file import parse_config
-from nri_plrm.quantity import QuantityError, cpu_millis, memory_bytes
+from nri_plrm.config.file import parse_config
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.synthetic import with_memory
 from nri_plrm.translate.manifest_to_pod import ManifestError

@@ -15,8 +15,8 @@ import pytest
 from fakekube import kubeconfig_text
 
 from nri_plrm.cli import main
-from nri_plrm.config_file import parse_config
-from nri_plrm.kubeconfig_file import MAX_KUBECONFIG_BYTES, kubeconfig_problems
+from nri_plrm.config.file import parse_config
+from nri_plrm.config.kubeconfig import MAX_KUBECONFIG_BYTES, kubeconfig_problems
 from nri_plrm.topology.machines import MAX_CPU_TABLE_BYTES, load_topology
 from nri_plrm.topology.model import TopologyError
 from nri_plrm.translate.manifest_to_pod import MAX_MANIFEST_BYTES, ManifestError, load_manifests

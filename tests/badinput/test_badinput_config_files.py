@@ -16,8 +16,8 @@ from daemon_process import config_text, daemon_on_simulator, run_cli, stop_clean
 from fakesysfs import write_sysfs
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.config import MAX_CONFIG_BYTES, MAX_ECHO_CHARS, MAX_ERRORS, ConfigError
-from nri_plrm.config_file import load_config, parse_config
+from nri_plrm.config.file import load_config, parse_config
+from nri_plrm.config.settings import MAX_CONFIG_BYTES, MAX_ECHO_CHARS, MAX_ERRORS, ConfigError
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
 

@@ -22,11 +22,11 @@ import pytest
 from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.journal import JOURNAL_FILE, DecisionJournal
 from nri_plrm.checkpoint.store import STATE_FILE, CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.handlers import NRIError
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox

@@ -21,7 +21,7 @@ from nri_plrm.checkpoint.store import (
     canonical_json_steps,
     data_checksum,
 )
-from nri_plrm.steps import finish
+from nri_plrm.util.steps import finish
 
 SAMPLE: dict[str, Any] = {
     "engine": {"default": "2-31", "pods": {"uid-1": {"main-app": "0-1"}}},

@@ -22,7 +22,7 @@ from nri_plrm.checkpoint.store import (
     NewerFormatError,
     data_checksum,
 )
-from nri_plrm.config import Config
+from nri_plrm.config.settings import Config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.topology.machines import load_topology

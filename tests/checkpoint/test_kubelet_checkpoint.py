@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubelet_decode import decode_cpu_manager_state, decode_memory_manager_state
 
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.checkpoint.kubelet import (
     CPUManagerState,
     KubeletCheckpointError,
@@ -31,7 +32,6 @@ from nri_plrm.checkpoint.kubelet import (
     string_checksum,
     write_kubelet_state,
 )
-from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import MemoryBlock
 
 P = CPUSet.parse

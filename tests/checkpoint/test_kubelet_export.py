@@ -20,6 +20,7 @@ from kubelet_decode import decode_cpu_manager_state, decode_memory_manager_state
 from plrm_runtime import FakeRuntime
 
 import nri_plrm.checkpoint.kubelet_export as kubelet_export
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.kubelet import (
     CPUManagerState,
@@ -29,7 +30,6 @@ from nri_plrm.checkpoint.kubelet import (
     write_kubelet_state,
 )
 from nri_plrm.checkpoint.kubelet_export import RECORD_FILE, ForeignFileError, export_dir_problem
-from nri_plrm.cpuset import CPUSet
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from static_view import StaticView
 
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.cli import build_parser, main
-from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, MemoryBlock
 from nri_plrm.ledger.view import ContainerView, PodView
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService

@@ -20,8 +20,8 @@ from fakesysfs import write_sysfs
 from static_view import StaticView
 
 from nri_plrm.cli import build_parser, main
-from nri_plrm.metrics import Metrics
-from nri_plrm.metrics_server import MetricsServer
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.observability.metrics_server import MetricsServer
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService
 from nri_plrm.topology.machines import load_topology
 

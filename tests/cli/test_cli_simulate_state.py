@@ -16,10 +16,10 @@ from plrm_harness import serve
 
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.cli import main
-from nri_plrm.config import Config
+from nri_plrm.config.settings import Config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC
 from nri_plrm.translate.manifest_to_pod import load_manifests

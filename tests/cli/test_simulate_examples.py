@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.cli.simulate import SimulatedPod, SimulationResult, engine_for, simulate
-from nri_plrm.config import Config, ConfigError
-from nri_plrm.config_file import load_config, parse_config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.config.file import load_config, parse_config
+from nri_plrm.config.settings import Config, ConfigError
 from nri_plrm.engine.availability import free_per_numa, free_per_numa_to_dict
 from nri_plrm.topology.synthetic import DEFAULT_SPEC, synthetic_topology
 from nri_plrm.translate.manifest_to_pod import ManifestError, load_manifests

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.cli.simulate import SimulatedPod, SimulationResult, simulate
-from nri_plrm.config_file import load_config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.config.file import load_config
 from nri_plrm.topology.synthetic import DEFAULT_SPEC, synthetic_topology
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

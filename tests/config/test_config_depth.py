@@ -18,9 +18,9 @@ from daemon_process import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.config import ConfigError
-from nri_plrm.config_file import load_config, parse_config
-from nri_plrm.config_shape import MAX_KEY_DEPTH, check_depth, key_name, measure
+from nri_plrm.config.file import load_config, parse_config
+from nri_plrm.config.settings import ConfigError
+from nri_plrm.config.shape import MAX_KEY_DEPTH, check_depth, key_name, measure
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.config import Config, ConfigError
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
+from nri_plrm.config.settings import Config, ConfigError
 
 TABLES = [
     "nri",

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plrm.config import ConfigError
-from nri_plrm.config_file import load_config, parse_config
+from nri_plrm.config.file import load_config, parse_config
+from nri_plrm.config.settings import ConfigError
 
 CASES: list[tuple[str, str, str]] = [
     # (toml, expected error prefix "key.path: value", expected rule fragment)

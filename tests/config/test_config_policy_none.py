@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plrm.config import (
+from nri_plrm.config.file import parse_config
+from nri_plrm.config.settings import (
     POD_LEVEL_POLICIES,
     TOPOLOGY_POLICIES,
     ConfigError,
     startup_warnings,
     validate_for_topology,
 )
-from nri_plrm.config_file import parse_config
 from nri_plrm.topology.model import CPUInfo, Topology
 
 

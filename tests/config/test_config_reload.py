@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nri_plrm.config import MAX_CONFIG_BYTES, ConfigError
-from nri_plrm.config_file import load_config
-from nri_plrm.config_reload import READ_SWITCH_INTERVAL, ConfigReader, ReloadTimeout
+from nri_plrm.config.file import load_config
+from nri_plrm.config.reload import READ_SWITCH_INTERVAL, ConfigReader, ReloadTimeout
+from nri_plrm.config.settings import MAX_CONFIG_BYTES, ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

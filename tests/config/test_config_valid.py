@@ -6,9 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from nri_plrm.config import Config, ConfigError, ReservedMemory, diff_configs, validate_for_topology
-from nri_plrm.config_file import load_config, parse_config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.config.file import load_config, parse_config
+from nri_plrm.config.settings import (
+    Config,
+    ConfigError,
+    ReservedMemory,
+    diff_configs,
+    validate_for_topology,
+)
 from nri_plrm.topology.model import CPUInfo, Topology
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plrm.config import Config, NRISettings
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
+from nri_plrm.config.settings import Config, NRISettings
 from nri_plrm.doctor import containerd
 from nri_plrm.doctor.containerd import ContainerdConfig, go_duration, read_containerd_config
 from nri_plrm.doctor.containerd_version import ContainerdVersion

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.checkpoint.kubelet import (
     CPUManagerState,
     MemoryManagerState,
@@ -16,9 +17,8 @@ from nri_plrm.checkpoint.kubelet import (
     encode_cpu_manager_state,
     encode_memory_manager_state,
 )
-from nri_plrm.config import Config, StateSettings
-from nri_plrm.config_file import parse_config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.config.file import parse_config
+from nri_plrm.config.settings import Config, StateSettings
 from nri_plrm.doctor import kubelet
 from nri_plrm.doctor.kubelet import KubeletConfig, read_kubelet_config
 from nri_plrm.doctor.kubelet_process import find_kubelet, kubelet_from_argv

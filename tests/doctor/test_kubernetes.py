@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fakekube import FakeKube, free_port, kubeconfig_text
 
-from nri_plrm.config import Config, KubernetesSettings
+from nri_plrm.config.settings import Config, KubernetesSettings
 from nri_plrm.doctor.kubernetes import check_kubernetes
 from nri_plrm.doctor.result import Check, Status
 

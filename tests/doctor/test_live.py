@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from static_view import StaticView
 
-from nri_plrm.config import Config, MetricsSettings, PodResourcesSettings
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.config.settings import Config, MetricsSettings, PodResourcesSettings
 from nri_plrm.doctor import live
 from nri_plrm.doctor.result import Status
 from nri_plrm.ledger.view import ContainerView, PodView
-from nri_plrm.metrics import Metrics
-from nri_plrm.metrics_server import MetricsServer
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.observability.metrics_server import MetricsServer
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService
 
 

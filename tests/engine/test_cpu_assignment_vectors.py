@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_assignment import (
     CPUAllocationError,
     SortingStrategy,

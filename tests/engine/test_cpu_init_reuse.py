@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from seed_pods import GI, seed_config, seed_topology
 
-from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.facade import Engine

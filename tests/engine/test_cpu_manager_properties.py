@@ -10,7 +10,7 @@ from cpu_pods import container, make_pod, pod_level
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine import cpu_takes
 from nri_plrm.engine.cpu_assignment import CPUAllocationError, TakeOptions, take_by_topology
 from nri_plrm.engine.cpu_manager import CPUManager

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 from cpu_pods import container, pod_level
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.spec import (

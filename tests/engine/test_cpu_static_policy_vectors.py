@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import pytest
 from cpu_pods import make_multi_container_pod, make_pod
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig, CPUManagerConfigError
 from nri_plrm.engine.cpu_state import CPUStateError

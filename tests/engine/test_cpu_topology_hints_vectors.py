@@ -10,7 +10,7 @@ from cpu_pods import container, make_pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine import cpu_hints
 from nri_plrm.engine.cpu_hints import generate_cpu_hints
 from nri_plrm.engine.cpu_manager import CPUManager

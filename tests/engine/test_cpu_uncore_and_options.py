@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from cpu_pods import make_pod
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig, CPUManagerConfigError, StaticPolicyOptions
 from nri_plrm.topology.machines import MACHINES

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from cpu_pods import container, pod_level
 
-from nri_plrm.config_file import parse_config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.adoption import (
     AdoptionError,
     adopt_container,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plrm.config_file import parse_config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.availability import free_per_numa, free_per_numa_to_dict
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AdmissionError, PodSpec

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.availability import ResourceAvailability, free_per_numa
 from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.device_manager import DeviceManager

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Engine, EngineConfig

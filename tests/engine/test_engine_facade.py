@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from seed_pods import GI, pod_scope_mixed, seed_config, seed_topology
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.facade import Engine, EngineConfig, EngineStateError
 from nri_plrm.engine.memory_state import MemoryManagerConfig

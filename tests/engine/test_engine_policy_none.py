@@ -26,7 +26,7 @@ import pytest
 from cpu_pods import make_multi_container_pod
 from seed_pods import GI, SEED_PODS, seed_config, seed_topology
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.facade import Engine, EngineConfig
 from nri_plrm.engine.memory_state import MemoryManagerConfig

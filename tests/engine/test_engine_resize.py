@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from seed_pods import GI, seed_config, seed_topology
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.memory_state import POLICY_NONE, MemoryManagerConfig
 from nri_plrm.engine.resize import (

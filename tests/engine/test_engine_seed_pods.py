@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from seed_pods import GI, SEED_PODS, seed_config, seed_topology
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,

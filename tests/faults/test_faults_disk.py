@@ -170,7 +170,7 @@ def test_read_only_state_directory_refuses_to_start(tmp_path: Path) -> None:
         state.chmod(0o500)
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "nri_plrm.daemon", "--config", str(config)],
+            [sys.executable, "-m", "nri_plrm.daemon.service", "--config", str(config)],
             capture_output=True,
             text=True,
             timeout=60,

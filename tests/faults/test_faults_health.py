@@ -23,7 +23,7 @@ import pytest
 from plrm_daemon import running_daemon
 
 from nri_plrm.nri import events as ev
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.proto import nri_api_pb2 as api
 
 WATCHDOG_USEC = 300_000

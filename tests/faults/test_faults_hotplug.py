@@ -1,5 +1,5 @@
 """A CPU going offline under an exclusive allocation (issue 7, fault 1): reported, metered and
-handled by the documented rule (``nri_plrm.topology.hotplug.monitor``, docs/security.md):
+handled by the documented rule (``nri_plrm.daemon.hotplug.monitor``, docs/security.md):
 assignments are kept, every degraded exclusive container is named, the gauges follow the live state,
 and the CPU coming back clears it all. The machine is a real sysfs tree whose ``cpu/online`` file
 changes as the kernel's would.
@@ -17,17 +17,17 @@ from fakesysfs import write_sysfs
 from plrm_daemon import running_daemon
 from prometheus_client import CollectorRegistry, generate_latest
 
-from nri_plrm.config_file import parse_config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.config.file import parse_config
+from nri_plrm.daemon.hotplug.monitor import HotplugMonitor
+from nri_plrm.daemon.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
+from nri_plrm.daemon.hotplug.watcher import HotplugUnavailableError, HotplugWatcher
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.metrics import Metrics
-from nri_plrm.plugin import Plugin
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.topology.hotplug.monitor import HotplugMonitor
-from nri_plrm.topology.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
-from nri_plrm.topology.hotplug.watcher import HotplugUnavailableError, HotplugWatcher
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 
@@ -295,7 +295,7 @@ def test_a_slow_rescan_never_applies_what_it_read_after_a_newer_one(
     the stale start-up view, re-asserting an offline CPU)."""
     import threading
 
-    from nri_plrm.topology.hotplug import monitor as monitor_module
+    from nri_plrm.daemon.hotplug import monitor as monitor_module
     from nri_plrm.topology.sysfs import discover
 
     root = tmp_path / "sys"

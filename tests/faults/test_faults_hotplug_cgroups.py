@@ -26,10 +26,10 @@ from fake_cgroups import (
 from plrm_daemon import Running, running_daemon
 from uevent_recordings import OWN_DIR, datagrams
 
-from nri_plrm import daemon
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.daemon import service as daemon
+from nri_plrm.daemon.hotplug.watcher import start_hotplug_watcher
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
-from nri_plrm.topology.hotplug.watcher import start_hotplug_watcher
 
 GI = 1 << 30
 ALL = CPUSet.parse("0-63")

@@ -33,7 +33,7 @@ from nrisim import NRISimulator
 from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import PodSpec
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.topology.machines import MACHINES

@@ -2,7 +2,7 @@
 a third of the seeds killed again while starting up), and the node checked after every restart
 (issue 7, fault 1).
 
-The daemon is the real entry point (``nri_plrm.daemon.main``) forked from a preloaded
+The daemon is the real entry point (``nri_plrm.daemon.service.main``) forked from a preloaded
 forkserver (``fault_daemon``), so a restart costs a fork, topology discovery, checkpoint
 restore and the NRI handshake, not an interpreter start. The runtime (``nrisim`` + ``FakeRuntime``)
 carries on while the plugin is dead, exactly as containerd does: requests in flight fail, pods
@@ -26,7 +26,7 @@ from nrisim import NRISimulator
 from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.ttrpc.messages import TtrpcError

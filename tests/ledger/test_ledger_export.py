@@ -19,16 +19,16 @@ from nri_plrm.checkpoint.kubelet import (
     kubelet_files_steps,
 )
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import PodSpec
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.ledger import persistence as persistence_module
 from nri_plrm.ledger.persistence import _kubelet_states
-from nri_plrm.plugin import Plugin
-from nri_plrm.steps import finish
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.pod_to_cri import nri_pod_sandbox
+from nri_plrm.util.steps import finish
 
 CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 GI = 1 << 30

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from nri_plrm.checkpoint.store import STATE_FILE, CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger, NotSavedError
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
 from nri_plrm.translate.nri_to_pod import pod_intent

@@ -19,12 +19,12 @@ from inprocess_pods import pod_level, start
 
 from nri_plrm.checkpoint.journal import DecisionJournal
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore, canonical_json
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.ledger.persistence import FOLDED, IDLE_COMPACT_MIN
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AssignmentType, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger

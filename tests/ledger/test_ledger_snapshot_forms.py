@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from inprocess_pods import admit_and_place, pod_level
 
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.engine.spec_json import KeptForms

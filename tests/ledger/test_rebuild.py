@@ -17,15 +17,15 @@ from plrm_harness import serve
 from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import PodSpec
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.ledger.rebuild import Running, budget_claim
-from nri_plrm.metrics import Metrics
-from nri_plrm.plugin import Plugin
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.topology.machines import MACHINES
 

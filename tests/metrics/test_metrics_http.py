@@ -13,8 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from static_view import StaticView
 
-from nri_plrm import metrics_server as server_module
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     TOPOLOGY_AFFINITY_ERROR,
@@ -23,10 +22,11 @@ from nri_plrm.engine.spec import (
     MemoryBlock,
 )
 from nri_plrm.ledger.view import ContainerView, PodView
-from nri_plrm.metrics import Metrics
-from nri_plrm.metrics_server import MetricsServer, parse_address
-from nri_plrm.steps import beside_loop
+from nri_plrm.observability import metrics_server as server_module
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.observability.metrics_server import MetricsServer, parse_address
 from nri_plrm.topology.model import CPUInfo, Topology
+from nri_plrm.util.steps import beside_loop
 
 GI = 1024**3
 

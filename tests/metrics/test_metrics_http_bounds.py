@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from nri_plrm.http_server import WORKERS
-from nri_plrm.metrics import Metrics
-from nri_plrm.metrics_server import MetricsServer
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.observability.metrics_server import MetricsServer
+from nri_plrm.util.http_server import WORKERS
 
 IDLE = 400
 """Idle connections opened (far over the server's 64)."""

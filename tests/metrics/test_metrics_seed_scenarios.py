@@ -14,12 +14,12 @@ import pytest
 from plrm_harness import serve
 from prometheus_client.parser import text_string_to_metric_families
 
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.metrics import Metrics
-from nri_plrm.metrics_server import MetricsServer
-from nri_plrm.plugin import Plugin
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.observability.metrics_server import MetricsServer
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC

@@ -1,4 +1,5 @@
-"""The package's shape: the import graph has no cycle and points downwards; modules stay small.
+"""The package's shape: which packages may import which, no import cycle, no module reaching
+into another module's private names, and few loose modules.
 
 The graph is read from the source with ``ast`` (every ``import``/``from ... import`` of an
 ``nri_plrm`` module, at any depth: function-level imports count), so nothing is imported here.
@@ -14,22 +15,40 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "nri_plrm"
-MAX_MODULE_LINES = 600
-MAX_HANDLER_CLASS_LINES = 400
-LEAVES = frozenset({"nri_plrm.cpuset", "nri_plrm.quantity", "nri_plrm.topology.model"})
-"""Data modules below the engine: they import nothing of nri_plrm but each other."""
-PROTOCOL_FORBIDDEN = (
-    "nri_plrm.engine",
-    "nri_plrm.ledger",
-    "nri_plrm.plugin",
-    "nri_plrm.translate",
-    "nri_plrm.config",
-    "nri_plrm.config_file",
-    "nri_plrm.config_values",
-    "nri_plrm.daemon",
-    "nri_plrm.cli",
-)
-"""What the protocol layers (``ttrpc``, ``nri``) must not reach."""
+ROOT_PACKAGE = "<root>"
+"""The package's own ``__init__``/``__main__`` and any module directly under ``nri_plrm/``."""
+BELOW_ENGINE = {"base", "util", "topology"}
+ALLOWED: dict[str, set[str]] = {
+    "base": set(),
+    "util": set(),
+    "topology": {"base", "util"},
+    "ttrpc": {"base", "util"},
+    "nri": {"base", "util", "ttrpc"},
+    "engine": BELOW_ENGINE,
+    "checkpoint": BELOW_ENGINE | {"engine"},
+    "translate": BELOW_ENGINE | {"engine"},
+    "ledger": BELOW_ENGINE | {"engine", "checkpoint", "translate"},
+    "config": BELOW_ENGINE | {"engine", "checkpoint"},
+    "observability": BELOW_ENGINE | {"engine", "ledger", ROOT_PACKAGE},
+    "podsource": BELOW_ENGINE | {"engine", "translate", "config", "observability"},
+    "podresources": BELOW_ENGINE | {"engine", "translate", "ledger", "config"},
+    "plugin": BELOW_ENGINE
+    | {"engine", "translate", "ledger", "nri", "observability", "podsource", "podresources"},
+    "doctor": BELOW_ENGINE
+    | {"engine", "checkpoint", "config", "observability", "podsource", "podresources"},
+    "daemon": BELOW_ENGINE
+    | {"engine", "checkpoint", "translate", "ledger", "config", "nri", "observability"}
+    | {"podsource", "podresources", "plugin"},
+    "cli": BELOW_ENGINE
+    | {"engine", "checkpoint", "translate", "ledger", "config", "nri", "observability"}
+    | {"podsource", "podresources", "plugin", "doctor", "daemon", ROOT_PACKAGE},
+    ROOT_PACKAGE: {"cli"},
+}
+"""The packages each package may import (besides itself and the generated ``proto``): base
+types and generic helpers nothing of ours; the machine model only those; the engine only the
+machine model; nothing imports ``cli``, and only ``cli`` imports ``daemon``."""
+MAX_LOOSE_MODULES = 3
+"""Modules directly under ``nri_plrm/`` besides ``__init__`` and ``__main__``."""
 
 
 def module_name(path: Path) -> str:
@@ -71,7 +90,7 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_graph_is_read() -> None:
     edges = graph()
-    assert "nri_plrm.ledger" in edges["nri_plrm.plugin"]
+    assert "nri_plrm.ledger" in edges["nri_plrm.plugin.handlers"]
     assert "nri_plrm.ledger.node" in edges["nri_plrm.ledger"]
     assert "nri_plrm.engine.facade" in edges["nri_plrm.ledger.node"]
 
@@ -98,35 +117,99 @@ def test_no_import_cycle() -> None:
             visit(node)
 
 
-def test_engine_imports_only_engine_and_leaf_modules() -> None:
-    edges = graph()
-    for name, targets in edges.items():
-        if name.startswith("nri_plrm.engine"):
-            outside = {
-                t for t in targets if not t.startswith("nri_plrm.engine") and t not in LEAVES
-            }
-            assert not outside, f"{name} imports {sorted(outside)}"
-        if name in LEAVES:
-            assert targets <= LEAVES, f"{name} imports {sorted(targets - LEAVES)}"
+def package_of(name: str) -> str:
+    """The top-level package of module ``name`` (``<root>`` for modules directly under it)."""
+    parts = name.split(".")
+    if len(parts) == 1 or (PACKAGE / parts[1]).with_suffix(".py").is_file():
+        return ROOT_PACKAGE
+    return parts[1]
 
 
-@pytest.mark.parametrize("layer", ["nri_plrm.ttrpc", "nri_plrm.nri"])
-def test_protocol_layers_import_nothing_above_them(layer: str) -> None:
-    for name, targets in graph().items():
-        if name.startswith(layer):
-            upward = {t for t in targets if t.startswith(PROTOCOL_FORBIDDEN)}
-            assert not upward, f"{name} imports {sorted(upward)}"
+def test_every_package_has_a_rule() -> None:
+    packages = {package_of(name) for name in modules()}
+    assert packages == set(ALLOWED), f"packages without a rule: {packages - set(ALLOWED)}"
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_only_what_its_rule_allows(package: str) -> None:
+    wrong = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph().items()
+        if package_of(name) == package
+        for target in targets
+        if package_of(target) not in ALLOWED[package] | {package}
+    )
+    assert not wrong, f"{package} may import only {sorted(ALLOWED[package])}: {wrong}"
+
+
+def test_few_loose_modules() -> None:
+    loose = sorted(
+        p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")
+    )
+    assert len(loose) <= MAX_LOOSE_MODULES, f"modules directly under nri_plrm/: {loose}"
+
+
+def private_names_defined(tree: ast.Module) -> set[str]:
+    """The private names a module defines: top-level and class-level names, methods and
+    attributes it assigns (``x._name = ...``)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                names.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def private_reaches(path: Path) -> Iterator[str]:
+    """Where ``path`` imports another module's private name or uses a private attribute that
+    it does not define itself (``other._name``, not ``self._name``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    own = private_names_defined(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    yield f"line {node.lineno}: from {node.module} import {alias.name}"
+        elif isinstance(node, ast.Attribute):
+            attr = node.attr
+            if not attr.startswith("_") or attr.startswith("__"):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                if attr in own:
+                    continue
+            elif attr in own:
+                continue
+            yield f"line {node.lineno}: {ast.unparse(node)}"
+
+
+def test_private_reaches_are_found(tmp_path: Path) -> None:
+    module = tmp_path / "sample.py"
+    module.write_text(
+        "import argparse\n"
+        "from other import _hidden\n"
+        "class Own:\n"
+        "    def __init__(self) -> None:\n"
+        "        self._mine = 1\n"
+        "    def same(self, other: 'Own') -> int:\n"
+        "        return other._mine + self._mine\n"
+        "def reach(engine: object) -> object:\n"
+        "    return engine._pods, argparse._SubParsersAction\n"
+    )
+    found = list(private_reaches(module))
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "from other import _hidden",
+        "engine._pods",
+        "argparse._SubParsersAction",
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(modules()))
-def test_module_size(name: str) -> None:
-    lines = len(modules()[name].read_text().splitlines())
-    assert lines <= MAX_MODULE_LINES, f"{name}: {lines} lines (at most {MAX_MODULE_LINES})"
-
-
-def test_nri_handler_class_size() -> None:
-    tree = ast.parse((PACKAGE / "plugin.py").read_text())
-    (handlers,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Plugin"]
-    assert handlers.end_lineno is not None
-    lines = handlers.end_lineno - handlers.lineno + 1
-    assert lines <= MAX_HANDLER_CLASS_LINES, f"Plugin: {lines} lines"
+def test_no_reach_into_another_modules_private_names(name: str) -> None:
+    reaches = list(private_reaches(modules()[name]))
+    assert not reaches, f"{name} reaches into private names: {reaches}"

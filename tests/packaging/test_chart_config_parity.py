@@ -1,5 +1,5 @@
 """The chart, its values schema and packaging/config.toml against the plugin's configuration
-schema (the dataclasses of nri_plrm.config): every key of every table, generated from the
+schema (the dataclasses of nri_plrm.config.settings): every key of every table, generated from the
 dataclasses, so a key added to the plugin fails here until the chart and the example carry it
 (issue 31 item 2)."""
 
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nri_plrm.config import Config
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
+from nri_plrm.config.settings import Config
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.doctor import containerd, containerd_version, kubelet
 from nri_plrm.doctor.runner import DoctorInputs
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.metrics import Metrics
-from nri_plrm.topology.hotplug.monitor import HotplugMonitor
+from nri_plrm.daemon.hotplug.monitor import HotplugMonitor
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC
 

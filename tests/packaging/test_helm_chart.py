@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -188,7 +188,7 @@ def test_default_probes_restart_a_stuck_loop_but_not_a_slow_start() -> None:
     """/healthz is 503 from 1 s of a stuck loop (issue 12): the liveness probe must act on that
     within half a minute, outlast a Synchronize stall of containerd's 2 s budget and a containerd
     restart, and leave registration to the startup probe."""
-    from nri_plrm.liveness import LOOP_STALL_AFTER
+    from nri_plrm.daemon.liveness import LOOP_STALL_AFTER
 
     c = container(daemonset({}))
     live, start = c["livenessProbe"], c["startupProbe"]

@@ -25,7 +25,7 @@ from fakenode import containerd_api, write_node
 from plrm_daemon import Running, running_daemon
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.translate.manifest_to_pod import load_manifests
 
 if sys.version_info >= (3, 11):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from nri_plrm.plugin.resizes import Resizes
 from nri_plrm.podsource.kube import resized
-from nri_plrm.resizes import Resizes
 
 REPO = Path(__file__).resolve().parents[2]
 

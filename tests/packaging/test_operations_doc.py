@@ -13,11 +13,11 @@ from typing import Any
 
 import yaml
 
+from nri_plrm.base.quantity import memory_bytes
 from nri_plrm.checkpoint.store import NewerFormatError
 from nri_plrm.cli import build_parser
-from nri_plrm.config import TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, Config
+from nri_plrm.config.settings import TOPOLOGY_POLICIES, TOPOLOGY_SCOPES, Config
 from nri_plrm.podsource import nrt
-from nri_plrm.quantity import memory_bytes
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nri_plrm import sdnotify
-from nri_plrm.sdnotify import Notifier, NotifyError, encode
+from nri_plrm.daemon import sdnotify
+from nri_plrm.daemon.sdnotify import Notifier, NotifyError, encode
 
 
 def _parse(datagram: bytes) -> dict[str, str]:

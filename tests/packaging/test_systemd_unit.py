@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plrm.topology.hotplug.cgroupv1 import KUBEPODS_NAMES
+from nri_plrm.daemon.hotplug.cgroupv1 import KUBEPODS_NAMES
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nri_plrm.cli.simulate import simulate
-from nri_plrm.daemon import TEXT_FORMAT
 from nri_plrm.nri.stub import Stub
+from nri_plrm.observability.log_output import TEXT_FORMAT
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC
 

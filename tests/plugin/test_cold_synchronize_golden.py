@@ -16,11 +16,11 @@ from plrm_runtime import FakeRuntime
 from bench.plugin import SPEC_256, pod_level
 from bench.synchronize import _Direct
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.topology.synthetic import synthetic_topology
 

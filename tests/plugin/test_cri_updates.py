@@ -12,8 +12,8 @@ import grpc
 import pbwire
 import pytest
 
-from nri_plrm.cri_updates import IN_FLIGHT, UPDATE_METHOD, CRIUpdater
-from nri_plrm.pool_updates import choose_update_path, nri_version_tuple
+from nri_plrm.plugin.cri_updates import IN_FLIGHT, UPDATE_METHOD, CRIUpdater
+from nri_plrm.plugin.pool_updates import choose_update_path, nri_version_tuple
 from nri_plrm.proto import nri_api_pb2 as api
 
 

@@ -1,4 +1,4 @@
-"""The daemon as operators run it (``python -m nri_plrm.daemon --config FILE``): start-up
+"""The daemon as operators run it (``python -m nri_plrm.daemon.service --config FILE``): start-up
 checks, structured JSON decision logs, SIGHUP reload, SIGTERM clean stop."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fakesysfs import write_sysfs
 from plrm_daemon import running_daemon
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.daemon import JSONFormatter
+from nri_plrm.observability.log_output import JSONFormatter
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
 
@@ -49,7 +49,7 @@ def test_refuses_to_start_beside_a_static_kubelet(tmp_path: Path) -> None:
     cfg = tmp_path / "config.toml"
     cfg.write_text(config(tmp_path))
     proc = subprocess.run(
-        [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
+        [sys.executable, "-m", "nri_plrm.daemon.service", "--config", str(cfg)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -77,7 +77,7 @@ def test_bad_config_exits_2_with_every_error(tmp_path: Path) -> None:
     cfg = tmp_path / "config.toml"
     cfg.write_text('[topology_manager]\npolicy = "singlenuma"\n[nri]\nplugin_index = "5"\n')
     proc = subprocess.run(
-        [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
+        [sys.executable, "-m", "nri_plrm.daemon.service", "--config", str(cfg)],
         capture_output=True,
         text=True,
         timeout=60,

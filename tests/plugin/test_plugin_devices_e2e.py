@@ -16,12 +16,12 @@ from fake_kubelet import FakeKubelet
 from plrm_harness import serve, stored_plugin
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.config_file import parse_config
-from nri_plrm.cpuset import CPUSet
-from nri_plrm.daemon import build_plugin
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.config.file import parse_config
+from nri_plrm.daemon.service import build_plugin
 from nri_plrm.engine.spec import Device
-from nri_plrm.metrics import Metrics
-from nri_plrm.plugin import Plugin
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podresources.devices import KubeletDevices
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests

@@ -16,13 +16,13 @@ from kubelet_decode import decode_cpu_manager_state, decode_memory_manager_state
 
 from nri_plrm.checkpoint.journal import JOURNAL_FILE, DecisionJournal
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AdmissionError
 from nri_plrm.engine.spec_json import spec_from_dict
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.handlers import NRIError
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.translate.manifest_to_pod import load_manifests
 from nri_plrm.translate.nri_to_pod import intent_from_dict

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from plrm_harness import serve, stored_plugin
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.topology.device_numa import DeviceNUMA
 from nri_plrm.topology.machines import MACHINES

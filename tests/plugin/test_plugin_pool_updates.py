@@ -15,11 +15,11 @@ from plrm_harness import serve, stored_plugin
 from plrm_invariants import check
 from plrm_runtime import FakeRuntime
 
-from nri_plrm import pool_updates
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, ContainerSpec, PodSpec
-from nri_plrm.plugin import Plugin
-from nri_plrm.pool_updates import SETTLE, UPDATE_ATTEMPTS, SentUpdates
+from nri_plrm.plugin import pool_updates
+from nri_plrm.plugin.handlers import Plugin
+from nri_plrm.plugin.pool_updates import SETTLE, UPDATE_ATTEMPTS, SentUpdates
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.pod_to_cri import nri_container
 

@@ -34,7 +34,7 @@ from nri_plrm.engine.resize import (
     PROHIBITED_CPU_ALLOCATION_ERROR,
 )
 from nri_plrm.engine.spec import AssignmentType, ContainerSpec, PodSpec
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.translate.pod_to_cri import nri_pod_sandbox
 
 

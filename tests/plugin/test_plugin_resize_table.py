@@ -37,7 +37,7 @@ from nri_plrm.engine.resize import (
 )
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.engine.topology_manager import TOPOLOGY_AFFINITY_MESSAGE
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.translate.pod_to_cri import nri_pod_sandbox
 
 NODE_CPU = "Node didn't have enough capacity: cpu, requested: 64000, capacity: 63000"

@@ -18,7 +18,7 @@ from plrm_runtime import FakeRuntime
 
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.translate.manifest_to_pod import load_manifests
 from nri_plrm.ttrpc.messages import TtrpcError
 

@@ -12,13 +12,13 @@ import pytest
 from plrm_harness import Session, serve
 from plrm_runtime import FakeRuntime
 
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AssignmentType, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.model import Topology

@@ -18,7 +18,7 @@ from nrisim import NRISimulator
 from plrm_invariants import check, exclusive_cpus
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
 
 GI = 1 << 30
@@ -71,7 +71,7 @@ def shapes(i: int) -> PodSpec:
 
 
 class Daemon:
-    """``python -m nri_plrm.daemon`` in a subprocess."""
+    """``python -m nri_plrm.daemon.service`` in a subprocess."""
 
     def __init__(self, cfg: Path, log: Path) -> None:
         self.cfg = cfg
@@ -85,7 +85,7 @@ class Daemon:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "nri_plrm.daemon",
+                "nri_plrm.daemon.service",
                 "--config",
                 str(self.cfg),
                 stdin=asyncio.subprocess.DEVNULL,

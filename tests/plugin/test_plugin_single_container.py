@@ -13,12 +13,12 @@ import pytest
 from plrm_harness import serve
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AssignmentType, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.metrics import Metrics
-from nri_plrm.plugin import Plugin
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podresources.report import pod_message
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.ttrpc.messages import TtrpcError

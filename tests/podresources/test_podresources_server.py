@@ -16,8 +16,8 @@ from counted_steps import run_counted
 from podres_raw import RawPodResourcesClient
 from static_view import StaticView
 
-from nri_plrm.config import PodResourcesSettings
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.config.settings import PodResourcesSettings
 from nri_plrm.engine.spec import AssignmentType, ContainerAssignment, ContainerKind, MemoryBlock
 from nri_plrm.ledger.view import ContainerView, PodView
 from nri_plrm.podresources import report
@@ -30,8 +30,8 @@ from nri_plrm.podresources.server import (
     remove_stale_socket,
 )
 from nri_plrm.proto import podresources_api_pb2 as pb
-from nri_plrm.ratelimit import TokenBucket
-from nri_plrm.steps import beside_loop
+from nri_plrm.util.ratelimit import TokenBucket
+from nri_plrm.util.steps import beside_loop
 
 GI = 1024**3
 

@@ -13,8 +13,8 @@ from fakekube import FakeKube, api_pod, free_port, kubeconfig_text
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nri_plrm.config import KubernetesSettings
-from nri_plrm.metrics import Metrics
+from nri_plrm.config.settings import KubernetesSettings
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.client import (
     KubeConfigError,
     load_kube_config,

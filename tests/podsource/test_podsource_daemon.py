@@ -11,10 +11,10 @@ import pytest
 from fakekube import FakeKube, free_port, kubeconfig_text, manifest_objects
 from plrm_daemon import running_daemon
 
-from nri_plrm.config import KubernetesSettings
+from nri_plrm.config.settings import KubernetesSettings
 from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.nrt import nrt_object
 from nri_plrm.topology.machines import MACHINES

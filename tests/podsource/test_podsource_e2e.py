@@ -14,14 +14,14 @@ import pytest
 from fakekube import FakeKube, free_port, kubeconfig_text, manifest_objects
 from plrm_harness import Session, serve
 
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import TOPOLOGY_AFFINITY_ERROR, AdmissionError, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.metrics import Metrics
-from nri_plrm.plugin import Plugin
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podsource.client import load_kube_config, new_client, new_pod_api
 from nri_plrm.podsource.events import EventRecorder
 from nri_plrm.podsource.kube import Backoff, KubePodCache

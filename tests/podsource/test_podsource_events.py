@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fakekube import FakeKube, kubeconfig_text
 
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.client import load_kube_config, new_client
 from nri_plrm.podsource.events import (
     MAX_MESSAGE,
@@ -19,7 +19,7 @@ from nri_plrm.podsource.events import (
     PodEvent,
     event_object,
 )
-from nri_plrm.ratelimit import TokenBucket
+from nri_plrm.util.ratelimit import TokenBucket
 
 NODE = "node-a"
 LOGGER = "test.podsource.events"

@@ -17,12 +17,12 @@ import pytest
 from fakekube import FakeKube, api_pod, kubeconfig_text
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.metrics import Metrics
-from nri_plrm.plugin import Plugin
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podsource import kube
 from nri_plrm.podsource.client import load_kube_config, new_pod_api
 from nri_plrm.podsource.kube import Backoff, KubePodCache

@@ -20,13 +20,13 @@ from plrm_harness import serve
 
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.cli.simulate import simulate_pods
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.availability import NumaAvailability, free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.metrics import Metrics
-from nri_plrm.plugin import Plugin
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podsource.client import load_kube_config, new_client, new_pod_api
 from nri_plrm.podsource.fingerprint import fingerprint
 from nri_plrm.podsource.kube import Backoff, KubePodCache

@@ -14,7 +14,7 @@ import pytest
 from fakekube import FakeKube, kubeconfig_text, manifest_objects
 from plrm_daemon import running_daemon
 
-from nri_plrm.metrics import Metrics
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.client import load_kube_config, new_client
 from nri_plrm.podsource.refusals import REJECTED_PREFIX, RefusedPods
 from nri_plrm.translate.manifest_to_pod import derived_uid, load_manifests

@@ -19,9 +19,9 @@ import grpc
 import pytest
 from static_view import StaticView
 
+from nri_plrm.daemon.hotplug.uevent import MAX_UEVENT_BYTES, UeventError, parse_uevent
 from nri_plrm.podresources.server import PodResourcesServer, PodResourcesService
 from nri_plrm.proto import podresources_api_pb2 as pb
-from nri_plrm.topology.hotplug.uevent import MAX_UEVENT_BYTES, UeventError, parse_uevent
 from nri_plrm.ttrpc.codec import MAX_MESSAGE_LEN, MuxDecoder, ProtocolError
 
 SERVICE = "/v1.PodResourcesLister/"

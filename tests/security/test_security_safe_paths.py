@@ -13,8 +13,8 @@ import pytest
 from daemon_process import run_cli
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
-from nri_plrm.safepaths import host_problems, path_problem
+from nri_plrm.config.file import parse_config
+from nri_plrm.config.host_checks import host_problems, path_problem
 
 OTHER_UID = 12345
 OTHER_GID = 12345

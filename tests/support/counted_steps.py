@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from nri_plrm.steps import Steps
+from nri_plrm.util.steps import Steps
 
 T = TypeVar("T")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nri_plrm.base.quantity import cpu_millis, memory_bytes
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
-from nri_plrm.quantity import cpu_millis, memory_bytes
 
 
 def resources(cpu_request: str, cpu_limit: str, memory: str = "1G") -> tuple[dict[str, int], ...]:

@@ -1,6 +1,7 @@
 """The daemon and the CLI as operators run them: separate interpreters (``python -m``).
 
-``daemon_on_simulator`` starts ``nrisim`` and ``python -m nri_plrm.daemon --config FILE`` with
+``daemon_on_simulator`` starts ``nrisim`` and ``python -m nri_plrm.daemon.service --config FILE``
+with
 its output appended to a log file, yields once the plugin registered, and kills the daemon if a
 test left it running. ``stop_cleanly`` is the SIGTERM stop a test asserts on.
 """
@@ -66,14 +67,14 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
 def start_daemon(
     cfg: Path, log: Path, env: Mapping[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """``python -m nri_plrm.daemon --config CFG``, stdout and stderr appended to ``log``.
+    """``python -m nri_plrm.daemon.service --config CFG``, stdout and stderr appended to ``log``.
 
     Without ``env`` the daemon gets this process's environment minus ``NOTIFY_SOCKET``."""
     if env is None:
         env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "nri_plrm.daemon", "--config", str(cfg)],
+            [sys.executable, "-m", "nri_plrm.daemon.service", "--config", str(cfg)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 
 V1_FILES = ("cpuset.mems", "cpuset.effective_mems", "tasks", "cgroup.procs", "notify_on_release")
 V2_FILES = ("cgroup.procs", "cgroup.type", "cpuset.mems", "cpuset.mems.effective")

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import os
 
-from nri_plrm.cpuset import CPUSet
-from nri_plrm.quantity import memory_bytes
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.base.quantity import memory_bytes
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.sysfs import default_proc_root
 

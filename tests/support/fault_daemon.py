@@ -1,4 +1,5 @@
-"""The real daemon entry point (``nri_plrm.daemon.main``) in a forked child, for fault tests.
+"""The real daemon entry point (``nri_plrm.daemon.service.main``) in a forked child, for fault
+tests.
 
 Children fork from a forkserver that imported the package once, so a (re)start costs a fork,
 topology discovery, checkpoint restore and the NRI handshake rather than an interpreter start.
@@ -20,9 +21,9 @@ from typing import Any
 
 from fakesysfs import write_sysfs
 
-from nri_plrm import daemon
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
+from nri_plrm.daemon import service as daemon
 from nri_plrm.engine.facade import Engine
 from nri_plrm.topology.machines import MACHINES
 
@@ -65,7 +66,7 @@ def prepare(tmp: Path, extra: str = "") -> Path:
 def checkpointed_engine(tmp: Path) -> Engine:
     """The engine as the plugin's durable state (checkpoint + journal) describes it."""
     from nri_plrm.ledger import NodeLedger
-    from nri_plrm.plugin import Plugin
+    from nri_plrm.plugin.handlers import Plugin
 
     cfg = parse_config(config_text(tmp))
     plugin = Plugin(
@@ -124,12 +125,15 @@ def serve_holding_folds(config: str, log: str, gates: str, where: str) -> None:
 
 
 class ForkedDaemon:
-    """``nri_plrm.daemon.main --config FILE`` in a process forked from a preloaded forkserver;
+    """``nri_plrm.daemon.service.main --config FILE`` in a process forked from a preloaded
+    forkserver;
     its output goes to ``daemon.log`` beside the configuration file."""
 
     def __init__(self, config: Path) -> None:
         self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["nri_plrm.daemon", "nri_plrm.plugin", "fault_daemon"])
+        self.ctx.set_forkserver_preload(
+            ["nri_plrm.daemon.service", "nri_plrm.plugin.handlers", "fault_daemon"]
+        )
         self.config = config
         self.log = config.parent / "daemon.log"
         self.proc: BaseProcess | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from nri_plrm.engine.spec import AdmissionError, ContainerKind, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.translate.nri_to_pod import pod_intent
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nri_plrm.base.cpuset import CPUSet, CPUSetError
 from nri_plrm.checkpoint.kubelet import (
     LEGACY_CPU_TYPE,
     CPUManagerState,
@@ -27,7 +28,6 @@ from nri_plrm.checkpoint.kubelet import (
     string_checksum,
 )
 from nri_plrm.checkpoint.kubelet_export import go_field
-from nri_plrm.cpuset import CPUSet, CPUSetError
 from nri_plrm.engine.memory_state import MemoryTable
 from nri_plrm.engine.spec import MemoryBlock
 

@@ -1,4 +1,5 @@
-"""Run the real daemon (``nri_plrm.daemon.run``) in-process against ``nrisim`` on a fake sysfs.
+"""Run the real daemon (``nri_plrm.daemon.service.run``) in-process against ``nrisim`` on a fake
+sysfs.
 
 Everything the operator surface serves is real: the NRI connection over a unix socket, the
 PodResources gRPC socket and the metrics HTTP port. The daemon stops on SIGTERM, as in
@@ -22,9 +23,9 @@ from fakesysfs import write_sysfs
 from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
-from nri_plrm import daemon
-from nri_plrm.config import Config
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
+from nri_plrm.config.settings import Config
+from nri_plrm.daemon import service as daemon
 from nri_plrm.topology.machines import load_topology
 from nri_plrm.topology.synthetic import DEFAULT_SPEC
 

@@ -12,11 +12,11 @@ from nrisim import NRISimulator
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.nri.stub import Stub
-from nri_plrm.plugin import Plugin
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.topology.machines import MACHINES
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from plrm_runtime import FakeRuntime
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import AssignmentType
 from nri_plrm.proto import nri_api_pb2 as api

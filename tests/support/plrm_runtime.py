@@ -13,9 +13,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nri_plrm import pool_updates
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import ContainerKind, ContainerSpec, PodSpec
+from nri_plrm.plugin import pool_updates
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.pod_to_cri import creation_order, nri_container, nri_pod_sandbox
 from nri_plrm.ttrpc.transport import ChannelClosed

@@ -13,12 +13,12 @@ from plrm_harness import Session, serve
 from plrm_runtime import FakeRuntime
 
 from nri_plrm.checkpoint.store import CheckpointStore
-from nri_plrm.config_file import parse_config
+from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.metrics import Metrics
-from nri_plrm.plugin import Plugin
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podsource.base import StaticPodSpecSource
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.topology.machines import MACHINES

@@ -10,8 +10,8 @@ import pytest
 from fake_cgroups import kernel_v1_offline, kernel_v1_online, read, write_v1_tree, write_v2_tree
 from uevent_recordings import OWN_DIR
 
-from nri_plrm.cpuset import CPUSet
-from nri_plrm.topology.hotplug.cgroupv1 import (
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.daemon.hotplug.cgroupv1 import (
     CgroupVersion,
     cgroup_version,
     give_back,

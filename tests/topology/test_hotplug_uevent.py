@@ -15,7 +15,7 @@ from uevent_recordings import (
     shared_dir,
 )
 
-from nri_plrm.topology.hotplug.uevent import (
+from nri_plrm.daemon.hotplug.uevent import (
     HOTPLUG_ACTIONS,
     HotplugAction,
     HotplugEvent,

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 from uevent_recordings import kernel_payload
 
-from nri_plrm.topology.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
-from nri_plrm.topology.hotplug.watcher import (
+from nri_plrm.daemon.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
+from nri_plrm.daemon.hotplug.watcher import (
     MAX_CONSECUTIVE_ERRORS,
     HotplugUnavailableError,
     HotplugWatcher,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.topology.machines import MACHINES, SYNTHETIC_1024_SPEC
 from nri_plrm.topology.model import Topology
 

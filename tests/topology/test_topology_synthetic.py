@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.topology.machines import MACHINES, load_topology
 from nri_plrm.topology.model import TopologyError
 from nri_plrm.topology.synthetic import (

@@ -12,7 +12,7 @@ from fakesysfs import write_sysfs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.synthetic import cpu_table, load_cpu_table, synthetic_topology

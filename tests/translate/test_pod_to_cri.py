@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nrisim.capture import capture_dir
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import (
     AssignmentType,
     ContainerAssignment,

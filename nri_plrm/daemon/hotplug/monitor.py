@@ -21,7 +21,7 @@ The rule (docs/security.md, "CPU hotplug"; docs/design.md, "CPU hotplug"):
    which rediscovers the machine and reconciles its checkpoint with it.
 5. After every change of the online CPUs the node is made whole again: on cgroup v1 the CPUs
    that came back are given back to the ``kubepods`` cpuset hierarchy top-down
-   (:mod:`nri_plrm.topology.hotplug.cgroupv1`), then every container is re-asserted with
+   (:mod:`nri_plrm.daemon.hotplug.cgroupv1`), then every container is re-asserted with
    ``UpdateContainers`` on its decided cpuset (on cgroup v1 restricted to the online CPUs, the
    only ones the kernel accepts there; a container none of whose CPUs is online is skipped).
 """
@@ -36,11 +36,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from nri_plrm.cpuset import CPUSet
-from nri_plrm.engine.spec import ContainerAssignment
-from nri_plrm.ledger.view import PodView
-from nri_plrm.metrics import Metrics
-from nri_plrm.topology.hotplug.cgroupv1 import (
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.daemon.hotplug.cgroupv1 import (
     CgroupVersion,
     CpusetWrite,
     cgroup_version,
@@ -48,11 +45,14 @@ from nri_plrm.topology.hotplug.cgroupv1 import (
     kubepods_cpuset,
     stranded_tasks,
 )
-from nri_plrm.topology.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
+from nri_plrm.daemon.hotplug.uevent import HotplugAction, HotplugEvent, HotplugSubsystem
+from nri_plrm.engine.spec import ContainerAssignment
+from nri_plrm.ledger.view import PodView
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.topology.model import Topology, TopologyError
 from nri_plrm.topology.sysfs import discover
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("nri_plrm.topology.hotplug.monitor")
 
 Reasserter = Callable[[Callable[[ContainerAssignment], CPUSet]], Awaitable[tuple[int, int]]]
 """Sends every container its assignment with the cpuset a function gives (``Plugin.reassert``)."""

@@ -1,4 +1,4 @@
-"""Prometheus metrics on a private registry (served by ``nri_plrm.metrics_server``).
+"""Prometheus metrics on a private registry (served by ``nri_plrm.observability.metrics_server``).
 
 The three resource-manager metrics carry the kubelet's names and labels. Everything else is
 about running the plugin itself. Labels are low-cardinality only: never pod or container names.
@@ -21,16 +21,16 @@ from prometheus_client import (
 from prometheus_client.metrics_core import Metric
 
 from nri_plrm import __version__ as VERSION
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import (
     EMPTY_POD_SHARED_POOL_ERROR,
     AssignmentType,
     ContainerAssignment,
 )
 from nri_plrm.ledger.view import PodResourcesView, reported_containers
-from nri_plrm.metrics_kubernetes import KubernetesApiMetrics, check_label
-from nri_plrm.steps import Steps, finish
+from nri_plrm.observability.metrics_kubernetes import KubernetesApiMetrics, check_label
 from nri_plrm.topology.model import Topology
+from nri_plrm.util.steps import Steps, finish
 
 SOURCES = ("pod", "node")
 RESOURCES = ("cpu", "memory")
@@ -76,7 +76,7 @@ NEAR_TIMEOUT_FRACTION = 0.5
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 _LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("nri_plrm.metrics")
 
 
 class Metrics(KubernetesApiMetrics):

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from nri_plrm.sdnotify import Notifier
+from nri_plrm.daemon.sdnotify import Notifier
 
 HEARTBEAT_INTERVAL = 0.1
 """Seconds between heartbeat stamps on the event loop."""

@@ -17,8 +17,8 @@ from nri_plrm.engine.resize import MEMORY_STATIC_MESSAGE
 from nri_plrm.engine.spec import AdmissionError, ContainerAssignment, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger, NotSavedError
 from nri_plrm.ledger.tables import ContainerKey, PodRecord
-from nri_plrm.metrics import Metrics
 from nri_plrm.nri.handlers import NRIError
+from nri_plrm.observability.metrics import Metrics
 from nri_plrm.translate.nri_to_pod import PodIntent, budget_intent
 
 DecisionLog = Callable[[PodRecord, str, "ContainerAssignment | None", str], None]

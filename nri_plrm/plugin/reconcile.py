@@ -1,6 +1,7 @@
 """Synchronize: rebuild the node's state from what runs, then answer with the corrections.
 
-The ``Reconciler`` runs inside :meth:`nri_plrm.plugin.Plugin.synchronize` (docs/design.md §5):
+The ``Reconciler`` runs inside :meth:`nri_plrm.plugin.handlers.Plugin.synchronize` (docs/design.md
+§5):
 it releases what the runtime no longer has, keeps every running container's cpuset that is a
 valid allocation (:mod:`nri_plrm.ledger.rebuild`, :mod:`nri_plrm.engine.adoption`), places the
 rest through the plugin's ordinary decisions, sends a container that cannot get its allocation
@@ -15,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from nri_plrm.cpuset import EMPTY, CPUSet
+from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.adoption import AdoptionError, exclusive_request, has_budget
 from nri_plrm.engine.spec import CPU, ContainerAssignment, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger, NotSavedError, rebuild

@@ -38,11 +38,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from nri_plrm.cpuset import CPUSet
-from nri_plrm.cri_updates import CRIUpdater
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.spec import ContainerAssignment
 from nri_plrm.ledger import NodeLedger
 from nri_plrm.ledger.tables import ContainerKey
+from nri_plrm.plugin.cri_updates import CRIUpdater
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.pod_to_cri import assignment_update, assignment_updates
 

@@ -1,4 +1,5 @@
-"""The daemon's log output: lines are written by a thread, in batches, never by a request.
+"""The daemon's log output: the text and JSON line formats, and lines written by a thread, in
+batches, never by a request.
 
 A log line written to stderr straight from a request handler blocks that request whenever the
 reader falls behind: systemd-journald while it flushes to disk during an image-pull storm, a
@@ -14,9 +15,13 @@ info and debug lines.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import sys
 import threading
-from typing import TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 BUFFER_LINES = 10_000
 """Lines waiting for the writer before new ones are dropped."""
@@ -98,3 +103,72 @@ class BatchedOutput(logging.Handler):
             None,
         )
         return self.format(record) + "\n"
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and the record's ``plrm`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "plrm", None)
+        if isinstance(fields, dict):
+            doc.update(fields)
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"
+TIMESTAMPED_TEXT_FORMAT = "%(asctime)s.%(msecs)03d " + TEXT_FORMAT
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
+def stderr_is_journal(environ: Mapping[str, str] | None = None) -> bool:
+    """True when stderr is systemd's journal stream (``$JOURNAL_STREAM`` names its device and
+    inode), which stamps every line itself."""
+    value = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
+    device, _, inode = value.partition(":")
+    try:
+        st = os.fstat(sys.stderr.fileno())
+        return (st.st_dev, st.st_ino) == (int(device), int(inode))
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
+_output: BatchedOutput | None = None
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    """Configure the root logger: ``text`` or ``json`` lines on stderr, written in batches by a
+    thread (``log_output``). Text lines carry a timestamp, except under systemd where the journal
+    stamps them. Called again (SIGHUP), it changes the format and level of the same output."""
+    global _output
+    if fmt == "json":
+        formatter: logging.Formatter = JSONFormatter()
+    elif stderr_is_journal():
+        formatter = logging.Formatter(TEXT_FORMAT)
+    else:
+        formatter = logging.Formatter(TIMESTAMPED_TEXT_FORMAT, TIMESTAMP_FORMAT)
+    root = logging.getLogger()
+    if _output is None or _output.stream is not sys.stderr:
+        close_logging()
+        _output = BatchedOutput(sys.stderr)
+    _output.setFormatter(formatter)
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(_output)
+    root.setLevel(level.upper())
+
+
+def close_logging() -> None:
+    """Write the log lines still queued and stop the writer (the daemon's last step)."""
+    global _output
+    if _output is not None:
+        logging.getLogger().removeHandler(_output)
+        _output.close()
+        _output = None

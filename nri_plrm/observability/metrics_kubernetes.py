@@ -1,5 +1,6 @@
 """The metrics of the Kubernetes API side: the pod cache, Events, refused pods and the
-NodeResourceTopology writes (a part of :class:`nri_plrm.metrics.Metrics`, documented in
+NodeResourceTopology writes (a part of :class:`nri_plrm.observability.metrics.Metrics`, documented
+in
 ``docs/metrics.md`` with the rest)."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nri_plrm.config import ConfigError, clip
+from nri_plrm.config.settings import ConfigError, clip
 
 MAX_KEY_DEPTH = 32
 """The deepest key path a configuration file may hold; the documented keys nest at most 3."""

@@ -3,7 +3,7 @@
 The kernel broadcasts a uevent on the ``NETLINK_KOBJECT_UEVENT`` socket (kernel group 1) for
 every device change. :class:`HotplugWatcher` receives the datagrams through pyroute2's
 ``AsyncUeventSocket`` and decodes them with the sans-IO parser in
-:mod:`nri_plrm.topology.hotplug.uevent`; it delivers ``SUBSYSTEM=cpu`` and ``SUBSYSTEM=memory``
+:mod:`nri_plrm.daemon.hotplug.uevent`; it delivers ``SUBSYSTEM=cpu`` and ``SUBSYSTEM=memory``
 events with ACTION ``online``, ``offline``, ``add`` or ``remove``.
 
 Opening the socket can fail (no ``CAP_NET_ADMIN`` is needed, but seccomp profiles or a kernel
@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from nri_plrm.topology.hotplug.uevent import (
+from nri_plrm.daemon.hotplug.uevent import (
     HOTPLUG_ACTIONS,
     HotplugAction,
     HotplugEvent,
@@ -30,7 +30,7 @@ from nri_plrm.topology.hotplug.uevent import (
     parse_uevent,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("nri_plrm.topology.hotplug.watcher")
 
 _KERNEL_GROUP = 1
 

@@ -1,9 +1,9 @@
 """Reading the configuration file again (SIGHUP) off the event loop, in bounded time, one reader
 at a time, never holding up the daemon's exit.
 
-The reader is one daemon thread running :func:`~nri_plrm.config_file.load_config`. Its work is
+The reader is one daemon thread running :func:`~nri_plrm.config.file.load_config`. Its work is
 bounded before any quadratic step: at most 1 MiB is read, the depth scan
-(:mod:`nri_plrm.config_shape`, linear) refuses keys nesting deeper than 32 levels before the TOML
+(:mod:`nri_plrm.config.shape`, linear) refuses keys nesting deeper than 32 levels before the TOML
 parser sees them, and the did-you-mean hints are looked up for the listed errors only;
 ``bench/config.py`` measures the slowest such file (``config_1mib_worst_read_ms``). So the reader
 always ends, and a reload that stops waiting for it at its deadline leaves no work growing
@@ -20,8 +20,8 @@ import contextlib
 import sys
 import threading
 
-from nri_plrm.config import Config
-from nri_plrm.config_file import load_config
+from nri_plrm.config.file import load_config
+from nri_plrm.config.settings import Config
 
 READ_SWITCH_INTERVAL = 0.0005
 """The interpreter's GIL switch interval while a read runs (5 ms otherwise): the parser is pure

@@ -1,4 +1,4 @@
-"""Reading the TOML configuration file into a :class:`~nri_plrm.config.Config`: every error
+"""Reading the TOML configuration file into a :class:`~nri_plrm.config.settings.Config`: every error
 (``key.path: value: rule``, unknown keys with a did-you-mean) collected into one ConfigError;
 the kubelet's option rules are the engine's own."""
 
@@ -28,8 +28,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from nri_plrm.bounded_file import InputFileError, read_regular_file
-from nri_plrm.config import (
+from nri_plrm.config.settings import (
     LOG_FORMATS,
     LOG_LEVELS,
     MAX_CONFIG_BYTES,
@@ -53,8 +52,8 @@ from nri_plrm.config import (
     clip,
     format_value,
 )
-from nri_plrm.config_shape import check_depth
-from nri_plrm.config_values import (
+from nri_plrm.config.shape import check_depth
+from nri_plrm.config.values import (
     INVALID,
     Reader,
     address,
@@ -73,6 +72,7 @@ from nri_plrm.config_values import (
     seconds,
     socket_mode,
 )
+from nri_plrm.util.bounded_file import InputFileError, read_regular_file
 
 
 def load_config(path: str | Path) -> Config:
@@ -113,8 +113,8 @@ def parse_config(text: str, source: str = "<string>") -> Config:
 def parse_toml(text: str, source: str) -> dict[str, Any]:
     """The TOML document of ``text``; raises ConfigError naming ``source``.
 
-    A text nesting deeper than :data:`~nri_plrm.config_shape.MAX_KEY_DEPTH` is refused before it
-    is parsed (:func:`~nri_plrm.config_shape.check_depth`): the parser's time and memory grow
+    A text nesting deeper than :data:`~nri_plrm.config.shape.MAX_KEY_DEPTH` is refused before it
+    is parsed (:func:`~nri_plrm.config.shape.check_depth`): the parser's time and memory grow
     with the square of a key's depth."""
     check_depth(text, source)
     try:

@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("nri_plrm.topology.hotplug.cgroupv1")
 
 KUBEPODS_NAMES = ("kubepods", "kubepods.slice")
 """The kubelet's top cgroup with the ``cgroupfs`` and the ``systemd`` cgroup drivers."""

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from nri_plrm.http_server import IDLE_TIMEOUT, MAX_CONNECTIONS, BoundedHTTPServer, Reply
-from nri_plrm.metrics import Metrics
-from nri_plrm.steps import beside_loop
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.util.http_server import IDLE_TIMEOUT, MAX_CONNECTIONS, BoundedHTTPServer, Reply
+from nri_plrm.util.steps import beside_loop
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("nri_plrm.metrics_server")
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -24,7 +24,7 @@ def parse_address(address: str) -> tuple[str, int]:
 
 class MetricsServer:
     """Serves ``/metrics`` and ``/healthz`` from background threads (see
-    :class:`~nri_plrm.http_server.BoundedHTTPServer` for the connection and thread bounds).
+    :class:`~nri_plrm.util.http_server.BoundedHTTPServer` for the connection and thread bounds).
 
     ``/healthz`` answers 200 ``ok`` only when ``health()`` says so, else 503 with the reason.
     """

@@ -1,16 +1,17 @@
 """``nri-plrm run``: topology, engine, checkpoint, metrics, PodResources and the NRI stub, wired.
 
-Start-up order: logging, the host checks (``nri_plrm.safepaths``), topology discovery, the
+Start-up order: logging, the host checks (``nri_plrm.config.host_checks``), topology discovery, the
 kubelet-conflict check, engine, checkpoint restore, metrics HTTP server, PodResources server,
 the Kubernetes API pod cache and event recorder (``[kubernetes] enabled``), NRI stub; once first
-registered, the CPU hotplug watcher (``nri_plrm.topology.hotplug.monitor``, when the kernel's
+registered, the CPU hotplug watcher (``nri_plrm.daemon.hotplug.monitor``, when the kernel's
 uevent socket can be opened). ``SIGTERM``/``SIGINT`` stop cleanly; ``SIGHUP`` re-reads the
 configuration file in a thread of its own, in bounded time, one read at a time, never delaying
-the exit (``nri_plrm.config_reload``; the loop keeps serving) and applies ``[log]`` changes live
+the exit (``nri_plrm.config.reload``; the loop keeps serving) and applies ``[log]`` changes live
 (every other change is logged as needing a restart; a bad file keeps the running configuration).
 ``on_ready`` is called each time the plugin is registered and synchronized with the runtime
 (systemd ``READY=1`` by default); a lost connection is reported as systemd ``STATUS=``.
-``/healthz`` and the systemd watchdog (when armed) follow :class:`~nri_plrm.liveness.Liveness`: a
+``/healthz`` and the systemd watchdog (when armed) follow
+:class:`~nri_plrm.daemon.liveness.Liveness`: a
 stuck event loop or an NRI request held past the runtime's timeout turns ``/healthz`` to 503 and
 stops ``WATCHDOG=1``.
 """
@@ -21,46 +22,45 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from nri_plrm import sdnotify
 from nri_plrm.checkpoint.flusher import Flusher
 from nri_plrm.checkpoint.kubelet import check_kubelet_cpu_manager
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
-from nri_plrm.config import (
+from nri_plrm.config.file import load_config
+from nri_plrm.config.host_checks import validate_for_host
+from nri_plrm.config.reload import ConfigReader, ReloadTimeout
+from nri_plrm.config.settings import (
     Config,
     ConfigError,
     diff_configs,
     startup_warnings,
     validate_for_topology,
 )
-from nri_plrm.config_file import load_config
-from nri_plrm.config_reload import ConfigReader, ReloadTimeout
-from nri_plrm.cri_updates import CRIUpdater
+from nri_plrm.daemon import sdnotify
+from nri_plrm.daemon.hotplug.monitor import HotplugMonitor
+from nri_plrm.daemon.hotplug.uevent import HotplugEvent
+from nri_plrm.daemon.hotplug.watcher import HotplugWatcher, start_hotplug_watcher
+from nri_plrm.daemon.liveness import Liveness
 from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
 from nri_plrm.ledger import NodeLedger
-from nri_plrm.liveness import Liveness
-from nri_plrm.log_output import BatchedOutput
-from nri_plrm.metrics import Metrics
-from nri_plrm.metrics_server import MetricsServer
 from nri_plrm.nri.stub import ENV_SOCKET, RuntimeUnreachable, Stub
-from nri_plrm.plugin import Plugin
+from nri_plrm.observability.log_output import close_logging, setup_logging
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.observability.metrics_server import MetricsServer
+from nri_plrm.plugin.cri_updates import CRIUpdater
+from nri_plrm.plugin.handlers import Plugin
 from nri_plrm.podresources.devices import KubeletDevices
 from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
-from nri_plrm.safepaths import validate_for_host
 from nri_plrm.topology.device_numa import DeviceNUMA
-from nri_plrm.topology.hotplug.monitor import HotplugMonitor
-from nri_plrm.topology.hotplug.uevent import HotplugEvent
-from nri_plrm.topology.hotplug.watcher import HotplugWatcher, start_hotplug_watcher
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.sysfs import discover
 
@@ -71,75 +71,6 @@ EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 RELOAD_TIMEOUT = 5.0
 """Seconds a SIGHUP waits for the configuration file to be read and parsed."""
-
-
-class JSONFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and the record's ``plrm`` fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        fields = getattr(record, "plrm", None)
-        if isinstance(fields, dict):
-            doc.update(fields)
-        if record.exc_info:
-            doc["exception"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str)
-
-
-TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"
-TIMESTAMPED_TEXT_FORMAT = "%(asctime)s.%(msecs)03d " + TEXT_FORMAT
-TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"
-
-
-def stderr_is_journal(environ: Mapping[str, str] | None = None) -> bool:
-    """True when stderr is systemd's journal stream (``$JOURNAL_STREAM`` names its device and
-    inode), which stamps every line itself."""
-    value = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
-    device, _, inode = value.partition(":")
-    try:
-        st = os.fstat(sys.stderr.fileno())
-        return (st.st_dev, st.st_ino) == (int(device), int(inode))
-    except (ValueError, OSError, AttributeError):
-        return False
-
-
-_output: BatchedOutput | None = None
-
-
-def setup_logging(level: str, fmt: str) -> None:
-    """Configure the root logger: ``text`` or ``json`` lines on stderr, written in batches by a
-    thread (``log_output``). Text lines carry a timestamp, except under systemd where the journal
-    stamps them. Called again (SIGHUP), it changes the format and level of the same output."""
-    global _output
-    if fmt == "json":
-        formatter: logging.Formatter = JSONFormatter()
-    elif stderr_is_journal():
-        formatter = logging.Formatter(TEXT_FORMAT)
-    else:
-        formatter = logging.Formatter(TIMESTAMPED_TEXT_FORMAT, TIMESTAMP_FORMAT)
-    root = logging.getLogger()
-    if _output is None or _output.stream is not sys.stderr:
-        close_logging()
-        _output = BatchedOutput(sys.stderr)
-    _output.setFormatter(formatter)
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(_output)
-    root.setLevel(level.upper())
-
-
-def close_logging() -> None:
-    """Write the log lines still queued and stop the writer (the daemon's last step)."""
-    global _output
-    if _output is not None:
-        logging.getLogger().removeHandler(_output)
-        _output.close()
-        _output = None
 
 
 def build_plugin(
@@ -304,7 +235,7 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
         state["config"] = new
 
     def on_sighup() -> None:
-        # The file is read by the reader's thread, in bounded time (nri_plrm.config_reload):
+        # The file is read by the reader's thread, in bounded time (nri_plrm.config.reload):
         # the event loop keeps answering containerd meanwhile, one reader runs at a time, and
         # SIGTERM does not wait for it.
         if reader.busy or (reloading and not reloading[-1].done()):
@@ -415,8 +346,8 @@ def freeze_startup_objects() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m nri_plrm.daemon --config FILE``: the daemon without the CLI around it."""
-    parser = argparse.ArgumentParser(prog="nri_plrm.daemon", description=__doc__)
+    """``python -m nri_plrm.daemon.service --config FILE``: the daemon without the CLI around it."""
+    parser = argparse.ArgumentParser(prog="nri_plrm.daemon.service", description=__doc__)
     parser.add_argument("--config", required=True, help="TOML configuration file")
     args = parser.parse_args(argv)
     try:

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from nri_plrm.checkpoint.kubelet_export import export_dir_problem
-from nri_plrm.config import Config, ConfigError, format_value
-from nri_plrm.kubeconfig_file import kubeconfig_problems
+from nri_plrm.config.kubeconfig import kubeconfig_problems
+from nri_plrm.config.settings import Config, ConfigError, format_value
 
 _TRUSTED_GID = 0
 
@@ -172,7 +172,7 @@ def host_problems(config: Config, *, nri_socket: bool = True) -> list[str]:
 
 def validate_for_host(config: Config, *, nri_socket: bool = True) -> None:
     """Raise ConfigError listing every problem :func:`host_problems` finds, and an unusable
-    kubeconfig file (:func:`nri_plrm.kubeconfig_file.kubeconfig_problems`)."""
+    kubeconfig file (:func:`nri_plrm.config.kubeconfig.kubeconfig_problems`)."""
     errors = host_problems(config, nri_socket=nri_socket) + kubeconfig_problems(config)
     if errors:
         raise ConfigError(errors)

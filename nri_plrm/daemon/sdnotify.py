@@ -10,7 +10,7 @@ Typical use by the daemon::
 
     notifier = Notifier.from_environment()
     notifier.ready("registered with containerd, 12 containers synchronized")
-    notifier.watchdog()  # WATCHDOG=1; nri_plrm.liveness calls it only while the daemon is live
+    notifier.watchdog()  # WATCHDOG=1; daemon.liveness calls it only while the daemon is live
     ...
     notifier.stopping()
 """
@@ -37,7 +37,7 @@ __all__ = [
     "watchdog_interval",
 ]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("nri_plrm.sdnotify")
 
 _KEY = re.compile(r"[A-Z][A-Z0-9_]*\Z")
 

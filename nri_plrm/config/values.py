@@ -1,4 +1,4 @@
-"""Readers of single TOML values for :mod:`nri_plrm.config_file`: each returns the value read
+"""Readers of single TOML values for :mod:`nri_plrm.config.file`: each returns the value read
 or :data:`INVALID` after reporting ``key: value: rule`` to the parser."""
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ import sys
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
-from nri_plrm.cpuset import CPUSet, CPUSetError
-from nri_plrm.quantity import QuantityError, memory_bytes
+from nri_plrm.base.cpuset import CPUSet, CPUSetError
+from nri_plrm.base.quantity import QuantityError, memory_bytes
 
 if sys.version_info >= (3, 11):
     pass
 else:  # pragma: no cover - exercised on Python 3.10 only
     pass
 
-from nri_plrm.config import (
+from nri_plrm.base.quantity import is_page_size
+from nri_plrm.config.settings import (
     ReservedMemory,
     clip,
 )
-from nri_plrm.quantity import is_page_size
 
 PLUGIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 HUGEPAGES_KEY = re.compile(r"^hugepages-(.+)$")

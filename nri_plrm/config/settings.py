@@ -1,6 +1,6 @@
 """The plugin's configuration: the settings model with the documented defaults, reload diffs,
 the checks that need the machine (:func:`validate_for_topology`) and the settings that start
-but limit the plugin (:func:`startup_warnings`). Reading the file: :mod:`nri_plrm.config_file`.
+but limit the plugin (:func:`startup_warnings`). Reading the file: :mod:`nri_plrm.config.file`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nri_plrm.cpuset import CPUSet
+from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.base.quantity import format_bytes
 from nri_plrm.engine.cpu_options import (
     ALIGN_BY_SOCKET,
     CPUManagerConfig,
@@ -26,7 +27,6 @@ from nri_plrm.engine.topology_manager import (
     OPTION_PREFER_CLOSEST,
     TopologyManagerConfig,
 )
-from nri_plrm.quantity import format_bytes
 from nri_plrm.topology.model import Topology
 
 if sys.version_info >= (3, 11):

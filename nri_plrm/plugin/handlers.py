@@ -4,7 +4,8 @@
 NRI events into :class:`~nri_plrm.ledger.NodeLedger` decisions (whole-pod mode when a
 ``PodSpecSource`` knows the pod, NRI-only inference otherwise), answers with adjustments and
 the updates of the event's own pod, and hands other pods' changed containers to the flusher of
-:mod:`nri_plrm.pool_updates`, which sends them outside the events once the node settled (never
+:mod:`nri_plrm.plugin.pool_updates`, which sends them outside the events once the node settled
+(never
 from inside a handler).
 """
 
@@ -16,8 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from nri_plrm.cpuset import CPUSet
-from nri_plrm.cri_updates import CRIUpdater
+from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Changes, Engine
 from nri_plrm.engine.spec import (
@@ -29,23 +29,24 @@ from nri_plrm.engine.spec import (
 )
 from nri_plrm.ledger import NodeLedger, NotSavedError
 from nri_plrm.ledger.tables import ContainerKey, PodRecord
-from nri_plrm.metrics import Metrics
 from nri_plrm.nri.handlers import NRIError
-from nri_plrm.outcomes import Outcomes
-from nri_plrm.podresources.devices import KubeletDevices, sandbox_devices, with_devices
-from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
-from nri_plrm.podsource.lookups import SpecLookups
-from nri_plrm.pool_updates import (
+from nri_plrm.observability.metrics import Metrics
+from nri_plrm.plugin.cri_updates import CRIUpdater
+from nri_plrm.plugin.outcomes import Outcomes
+from nri_plrm.plugin.pool_updates import (
     SentUpdates,
     UpdateFlusher,
     UpdateSender,
     reply_updates,
     targets_for,
 )
+from nri_plrm.plugin.reconcile import Reconciler, SyncMemo, intent_of
+from nri_plrm.plugin.resizes import Resizes
+from nri_plrm.plugin.single_container import DEMOTE, SingleContainerInference
+from nri_plrm.podresources.devices import KubeletDevices, sandbox_devices, with_devices
+from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
+from nri_plrm.podsource.lookups import SpecLookups
 from nri_plrm.proto import nri_api_pb2 as api
-from nri_plrm.reconcile import Reconciler, SyncMemo, intent_of
-from nri_plrm.resizes import Resizes
-from nri_plrm.single_container import DEMOTE, SingleContainerInference
 from nri_plrm.topology.device_numa import DeviceNUMA
 from nri_plrm.translate.nri_devices import with_nri_devices
 from nri_plrm.translate.nri_to_pod import (

@@ -42,7 +42,7 @@ Reply = tuple[int, bytes, str]
 """(status, body, content type)."""
 Route = Callable[[], Reply]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("nri_plrm.http_server")
 
 
 @dataclass

@@ -12,8 +12,8 @@ import yaml
 from lightkube import KubeConfig
 from lightkube.core.exceptions import ConfigError as LightkubeConfigError
 
-from nri_plrm.bounded_file import InputFileError, read_regular_file
-from nri_plrm.config import Config, format_value
+from nri_plrm.config.settings import Config, format_value
+from nri_plrm.util.bounded_file import InputFileError, read_regular_file
 
 MAX_KUBECONFIG_BYTES = 4 * 1024 * 1024
 """The largest kubeconfig read: 4 MiB (embedded certificates of dozens of clusters fit)."""

@@ -1,0 +1,1 @@
+"""Small base types every layer shares: CPU sets and Kubernetes quantities."""

@@ -1,0 +1,2 @@
+"""The NRI handlers and their helpers: updates of other containers, Synchronize, resizes,
+inference, outcomes."""
