@@ -305,6 +305,7 @@ class _Parser:
             mode=socket_mode,
             kubelet_socket=optional_path,
             kubelet_timeout=seconds,
+            kubelet_device_checkpoint=optional_path,
             device_timeout=seconds,
             burst=positive_int,
         )

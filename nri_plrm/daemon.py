@@ -52,6 +52,7 @@ from nri_plrm.metrics import Metrics
 from nri_plrm.metrics_server import MetricsServer
 from nri_plrm.nri.stub import ENV_SOCKET, RuntimeUnreachable, Stub
 from nri_plrm.plugin import Plugin
+from nri_plrm.podresources.device_checkpoint import DeviceCheckpoint
 from nri_plrm.podresources.devices import KubeletDevices
 from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
@@ -171,6 +172,10 @@ def build_plugin(
             pr.kubelet_socket,
             pr.device_timeout,
             count=metrics.device_lookup if metrics is not None else None,
+            count_source=metrics.device_lookup_source if metrics is not None else None,
+            checkpoint=DeviceCheckpoint(pr.kubelet_device_checkpoint)
+            if pr.kubelet_device_checkpoint
+            else None,
         )
         if pr.kubelet_socket
         else None
@@ -234,6 +239,8 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
             await kube.stop()
         return EXIT_FAILURE
     metrics.attach_view(plugin.ledger, topology)
+    if plugin.devices is not None:
+        plugin.devices.start()  # the device checkpoint is parsed before the first pod
     if exporter is not None:
         exporter.attach(
             lambda: free_per_numa(plugin.ledger.engine),
@@ -383,6 +390,8 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
         plugin.ledger.close()
+        if plugin.devices is not None:
+            await plugin.devices.close()
         gc.unfreeze()
         if podresources is not None:
             podresources.stop()

@@ -52,6 +52,7 @@ RECONCILE_ACTIONS = ("adopted", "corrected", "released")
 """Which cap an answer of the API server went past (the pod cache refused it)."""
 """What became of a Kubernetes Event the plugin recorded."""
 DEVICE_LOOKUP_RESULTS = ("found", "none", "timeout", "failed")
+DEVICE_LOOKUP_SOURCES = ("checkpoint", "socket")
 """Results of a pod's device lookup on the kubelet's PodResources socket."""
 HOTPLUG_IGNORED = ("unreadable", "memory", "no_change")
 """Why a hotplug uevent led to nothing: a datagram that cannot be read, a memory block event
@@ -246,6 +247,13 @@ class Metrics(KubernetesApiMetrics):
             ["result"],
             registry=r,
         )
+        self.device_lookup_sources = Counter(
+            "nri_plrm_device_lookup_sources",
+            "RunPodSandbox lookups of the pod's devices by where the answer came from "
+            "(checkpoint: the kubelet's device checkpoint, current; socket: a Get).",
+            ["source"],
+            registry=r,
+        )
         self.podresources_requests = Counter(
             "nri_plrm_podresources_requests",
             "PodResources API requests, by method and gRPC status code.",
@@ -301,6 +309,8 @@ class Metrics(KubernetesApiMetrics):
             self.checkpoint_corrupt.labels(kind=kind)
         for result in DEVICE_LOOKUP_RESULTS:
             self.device_lookups.labels(result=result)
+        for source in DEVICE_LOOKUP_SOURCES:
+            self.device_lookup_sources.labels(source=source)
 
     # Resource managers -----------------------------------------------------------------
 
@@ -452,6 +462,11 @@ class Metrics(KubernetesApiMetrics):
         (``DEVICE_LOOKUP_RESULTS``)."""
         check_label(result, DEVICE_LOOKUP_RESULTS, "result")
         self.device_lookups.labels(result=result).inc()
+
+    def device_lookup_source(self, source: str) -> None:
+        """Where one lookup of a pod's devices was answered (``DEVICE_LOOKUP_SOURCES``)."""
+        check_label(source, DEVICE_LOOKUP_SOURCES, "source")
+        self.device_lookup_sources.labels(source=source).inc()
 
     def observe_podresources(self, method: str, code: str) -> None:
         """One PodResources request and its gRPC status code name."""

@@ -32,7 +32,12 @@ from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.metrics import Metrics
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.outcomes import Outcomes
-from nri_plrm.podresources.devices import KubeletDevices, sandbox_devices, with_devices
+from nri_plrm.podresources.devices import (
+    KubeletDevices,
+    known_devices,
+    sandbox_devices,
+    with_devices,
+)
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
 from nri_plrm.podsource.lookups import SpecLookups
 from nri_plrm.pool_updates import (
@@ -156,8 +161,9 @@ class Plugin:
         uid, namespace, name = pod_identity(pod)
         if self._known_sandbox(uid, pod.id):
             return
-        if self.devices is None:  # no task per pod: a Synchronize admits thousands
-            spec, found = await self.lookup(uid, namespace, name), None
+        found = known_devices(self.devices, self.ledger.engine, pod)
+        if self.devices is None or found is not None:  # no task per pod (Synchronize)
+            spec = await self.lookup(uid, namespace, name)
         else:
             spec, found = await asyncio.gather(
                 self.lookup(uid, namespace, name),
