@@ -167,6 +167,9 @@ class TopologyManagerSettings:
     scope: str = "pod"
     prefer_closest_numa_nodes: bool = False
     max_allowable_numa_nodes: int = DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+    kubelet_policy: str = "none"
+    """The kubelet's own ``topologyManagerPolicy``, under which its Device Manager places the
+    pods' devices (``simulate --devices`` plays it; ``--kubelet-topology-policy`` overrides)."""
 
 
 @dataclass(frozen=True)

@@ -360,6 +360,7 @@ class _Parser:
             extra=frozenset({"options"}),
             policy=choice(TOPOLOGY_POLICIES),
             scope=choice(TOPOLOGY_SCOPES),
+            kubelet_policy=choice(TOPOLOGY_POLICIES),
         )
         options = table.get("options", {})
         if not isinstance(options, Mapping):
