@@ -7,8 +7,9 @@ PodResources server in its own process, as the kubelet is, answering each pod's 
 one GPU on the pod's NUMA node, and ``GetAllocatableResources`` with 8 GPUs, 2 per node); and
 with the socket and the kubelet's device checkpoint, which the "kubelet" rewrites (temporary
 file and rename, as the kubelet does) with each pod's allocation ``GAP`` seconds before the
-pod's RunPodSandbox: the admission-to-sandbox delay, far shorter than the kubelet's own (it
-waits for the pod's volumes first). Pods are paced by ``GAP`` in every configuration. Each
+pod's RunPodSandbox: the admission-to-sandbox delay, shorter than on a node (the kubelet polls
+for the pod's volumes every 300 ms first, and containerd sets up the pod's network before the
+NRI event). Pods are paced by ``GAP`` in every configuration. Each
 configuration decides the 500 pods ``ROUNDS`` times on a fresh state, in alternation, after a
 warm-up round and the daemon's start-up freeze of the collector's objects.
 
@@ -63,7 +64,7 @@ NUMA_NODES = 4
 CONFIG = '[topology_manager]\npolicy = "single-numa-node"\nscope = "pod"\n'
 DEADLINE = 0.1
 """``[pod_resources] device_timeout``'s default."""
-GAP = 0.005
+GAP = 0.02
 """Seconds between a pod's admission (its allocation in the checkpoint) and its sandbox."""
 
 

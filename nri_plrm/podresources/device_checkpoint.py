@@ -71,9 +71,15 @@ class CheckpointFormatError(ValueError):
     """The checkpoint's content is not the kubelet's NUMA-aware format."""
 
 
-def parse_checkpoint(data: bytes) -> dict[str, PodDevices]:
-    """Every pod's devices (by pod UID) in the kubelet's checkpoint ``data``; raises
-    :class:`CheckpointFormatError` naming what does not fit the format."""
+Entries = list[dict[str, Any]]
+"""One pod's checkpoint entries, as decoded."""
+
+
+def index_checkpoint(data: bytes) -> dict[str, Entries]:
+    """The kubelet's checkpoint ``data``: each pod's entries by pod UID (what :func:`pod_devices`
+    reads when the pod is looked up: the whole file is only indexed, the little Python work
+    per entry keeps the parse short). Raises :class:`CheckpointFormatError` naming what does
+    not fit the format."""
     try:
         doc = json.loads(data)
     except ValueError as exc:
@@ -84,13 +90,23 @@ def parse_checkpoint(data: bytes) -> dict[str, PodDevices]:
         entries = []
     if not isinstance(entries, list):
         raise CheckpointFormatError("no Data.PodDeviceEntries list")
-    nodes: dict[tuple[str, str, str], dict[str, set[int]]] = {}
+    index: dict[str, Entries] = {}
+    try:
+        for entry in entries:
+            index.setdefault(entry["PodUID"], []).append(entry)
+    except (KeyError, TypeError) as exc:
+        raise CheckpointFormatError(f"an entry without a PodUID: {entry!r}") from exc
+    return index
+
+
+def pod_devices(entries: Entries) -> PodDevices:
+    """One pod's devices by container from its checkpoint entries (a device listed under
+    several NUMA nodes has them all; ``-1``: none). Raises :class:`CheckpointFormatError`."""
+    nodes: dict[tuple[str, str], dict[str, set[int]]] = {}
     for entry in entries:
-        if not isinstance(entry, dict):
-            raise CheckpointFormatError(f"entry {entry!r} is not an object")
-        key = (entry.get("PodUID"), entry.get("ContainerName"), entry.get("ResourceName"))
+        key = (entry.get("ContainerName"), entry.get("ResourceName"))
         if not all(isinstance(part, str) and part for part in key):
-            raise CheckpointFormatError(f"entry without PodUID/ContainerName/ResourceName: {key}")
+            raise CheckpointFormatError(f"entry without ContainerName/ResourceName: {key}")
         by_numa = entry.get("DeviceIDs")
         if not isinstance(by_numa, dict):  # pre-1.20 list: no NUMA nodes to give
             raise CheckpointFormatError("DeviceIDs is not a map of NUMA node to device ids")
@@ -106,13 +122,12 @@ def parse_checkpoint(data: bytes) -> dict[str, PodDevices]:
                 found = devices.setdefault(device_id, set())
                 if node >= 0:
                     found.add(node)
-    built: dict[str, dict[str, dict[str, tuple[Device, ...]]]] = {}
-    for (uid, container, resource), devices in nodes.items():
+    built: dict[str, dict[str, tuple[Device, ...]]] = {}
+    for (container, resource), devices in nodes.items():
         listed = tuple(Device(i, tuple(sorted(n))) for i, n in sorted(devices.items()))
         if listed:
-            built.setdefault(uid, {}).setdefault(container, {})[resource] = listed
-    pods: dict[str, PodDevices] = {uid: dict(by_name) for uid, by_name in built.items()}
-    return pods
+            built.setdefault(container, {})[resource] = listed
+    return dict(built)
 
 
 def _libc() -> Any:
@@ -133,7 +148,7 @@ class DeviceCheckpoint:
     def __init__(self, path: str, *, log: logging.Logger | None = None) -> None:
         self.path = path
         self.log = log or _log
-        self.pods: dict[str, PodDevices] | None = None
+        self.pods: dict[str, Entries] | None = None
         """The last parsed snapshot; None when none is usable (absent, unreadable, unknown
         format)."""
         self.changes = 0
@@ -181,7 +196,14 @@ class DeviceCheckpoint:
         self._read_events()
         if self.pods is None or self._parsed != self.changes:
             return None
-        return self.pods.get(uid, {})
+        entries = self.pods.get(uid)
+        if entries is None:
+            return {}
+        try:
+            return pod_devices(entries)
+        except CheckpointFormatError as exc:
+            self._unusable(f"{self.path}: pod {uid}: {exc}")
+            return None
 
     def _read_events(self) -> None:
         """Read the pending inotify events; a change of the checkpoint starts a parse."""
@@ -221,7 +243,7 @@ class DeviceCheckpoint:
     def _read_and_parse(self, changes: int) -> None:
         """Worker thread: parse the file and hand the snapshot to the loop."""
         try:
-            pods: dict[str, PodDevices] | None = parse_checkpoint(
+            pods: dict[str, Entries] | None = index_checkpoint(
                 read_regular_file(self.path, MAX_BYTES, "kubelet device checkpoint")
             )
             problem = ""
@@ -232,20 +254,27 @@ class DeviceCheckpoint:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._publish, changes, pods, problem)
 
-    def _publish(self, changes: int, pods: dict[str, PodDevices] | None, problem: str) -> None:
+    def _publish(self, changes: int, pods: dict[str, Entries] | None, problem: str) -> None:
         self._parse = None
         if self._fd < 0:  # closed meanwhile
             return
         self.pods, self._parsed = pods, changes
-        if problem and problem != self._problem:
+        if problem:
+            self._unusable(problem)
+        else:
+            self._problem = ""
+        if changes != self.changes:  # changed while parsing
+            self._start_parse()
+
+    def _unusable(self, problem: str) -> None:
+        """Warn once per distinct problem."""
+        if problem != self._problem:
             self.log.warning(
                 "kubelet device checkpoint unusable (%s); pods' devices are asked on the "
                 "kubelet's socket",
                 problem,
             )
         self._problem = problem
-        if changes != self.changes:  # changed while parsing
-            self._start_parse()
 
     def _stop_watch(self) -> None:
         if self._fd < 0:

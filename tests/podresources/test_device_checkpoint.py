@@ -20,7 +20,8 @@ from nri_plrm.metrics import Metrics
 from nri_plrm.podresources.device_checkpoint import (
     CheckpointFormatError,
     DeviceCheckpoint,
-    parse_checkpoint,
+    index_checkpoint,
+    pod_devices,
 )
 from nri_plrm.podresources.devices import KubeletDevices
 from nri_plrm.topology.machines import MACHINES
@@ -72,7 +73,7 @@ def test_parse_gives_each_device_its_numa_nodes_by_pod_uid() -> None:
             "Checksum": 1,
         }
     ).encode()
-    pods = parse_checkpoint(data)
+    pods = {uid: pod_devices(entries) for uid, entries in index_checkpoint(data).items()}
     assert pods == {
         "u1": {"train": {GPU: (Device("gpu-1", (1,)), Device("gpu-x", (0, 1)))}},
         "u2": {"side": {GPU: (Device("gpu-9", ()),)}},
@@ -83,21 +84,26 @@ def test_parse_gives_each_device_its_numa_nodes_by_pod_uid() -> None:
     ("doc", "named"),
     [
         ({"Data": {"PodDeviceEntries": [entry("u", "c", {})]}} | {"x": 1}, None),
+        ({"Data": {"PodDeviceEntries": [{"ContainerName": "c"}]}}, "without a PodUID"),
         (
             {"Data": {"PodDeviceEntries": [dict(entry("u", "c", {}), DeviceIDs=["gpu-1"])]}},
             "DeviceIDs",
         ),
         ({"Data": {"PodDeviceEntries": [entry("u", "c", {"zero": ["g"]})]}}, "zero"),
-        ({"Data": {"PodDeviceEntries": [dict(entry("u", "c", {}), PodUID="")]}}, "PodUID"),
+        ({"Data": {"PodDeviceEntries": [dict(entry("u", "c", {}), ContainerName=3)]}}, "Name"),
         ({"Data": 3}, "PodDeviceEntries"),
     ],
 )
 def test_parse_refuses_what_is_not_the_numa_aware_format(doc: object, named: str | None) -> None:
+    def parse() -> dict[str, object]:
+        index = index_checkpoint(json.dumps(doc).encode())
+        return {uid: pod_devices(entries) for uid, entries in index.items()}
+
     if named is None:  # an entry without devices is nothing, not an error
-        assert parse_checkpoint(json.dumps(doc).encode()) == {}
+        assert parse() == {"u": {}}
         return
     with pytest.raises(CheckpointFormatError, match=named):
-        parse_checkpoint(json.dumps(doc).encode())
+        parse()
 
 
 def test_answers_only_when_current_and_never_a_predecessors_devices(tmp_path: Path) -> None:
@@ -185,3 +191,20 @@ def test_pod_aligned_with_its_gpu_from_the_checkpoint_without_asking_the_socket(
     sources = metrics.device_lookup_sources
     assert sources.labels(source="checkpoint")._value.get() == 1
     assert sources.labels(source="socket")._value.get() == 0
+
+
+def test_a_pod_whose_entry_is_malformed_is_asked_on_the_socket(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "kubelet_internal_checkpoint"
+    write(path, entry("good", "main", {"0": ["gpu-0"]}), dict(entry("bad", "c", {}), DeviceIDs=[]))
+
+    async def main() -> None:
+        checkpoint = DeviceCheckpoint(str(path))
+        checkpoint.start()
+        assert await current(checkpoint, "good") == {"main": {GPU: (Device("gpu-0", (0,)),)}}
+        assert checkpoint.pod("bad") is None
+        checkpoint.close()
+
+    asyncio.run(main())
+    assert "pod bad: DeviceIDs is not a map" in caplog.text
