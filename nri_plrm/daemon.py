@@ -57,6 +57,7 @@ from nri_plrm.podresources.devices import KubeletDevices
 from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
+from nri_plrm.podsource.dra import ClaimDevices
 from nri_plrm.safepaths import validate_for_host
 from nri_plrm.topology.device_numa import DeviceNUMA
 from nri_plrm.topology.hotplug.monitor import HotplugMonitor
@@ -152,6 +153,7 @@ def build_plugin(
     events: PodEventSink | None = None,
     refused: PodRefusalSink | None = None,
     on_change: Callable[[], None] | None = None,
+    claims: ClaimDevices | None = None,
 ) -> Plugin:
     """The node ledger (opened from ``config.state.dir``) and the plugin for ``config`` on
     ``topology``."""
@@ -189,6 +191,7 @@ def build_plugin(
         refused=refused,
         devices=devices,
         device_nodes=DeviceNUMA(config.topology.sysfs_root),
+        claims=claims,
     )
 
 
@@ -220,7 +223,11 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
 
     metrics = Metrics(request_timeout=config.nri.request_timeout)
     kube = open_kubernetes(
-        config.kubernetes, metrics, topology=topology, topology_manager=config.topology_manager
+        config.kubernetes,
+        metrics,
+        topology=topology,
+        topology_manager=config.topology_manager,
+        sysfs_root=config.topology.sysfs_root,
     )
     exporter = kube.topology if kube is not None else None
     try:
@@ -232,6 +239,7 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
             events=kube.events if kube is not None else None,
             refused=kube.refused if kube is not None else None,
             on_change=exporter.mark_dirty if exporter is not None else None,
+            claims=kube.claims if kube is not None else None,
         )
     except (CheckpointError, OSError) as exc:
         log.error("not starting: state directory %s: %s", config.state.dir, exc)
