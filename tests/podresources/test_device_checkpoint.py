@@ -18,6 +18,7 @@ from nri_plrm.cpuset import CPUSet
 from nri_plrm.engine.spec import Device
 from nri_plrm.metrics import Metrics
 from nri_plrm.podresources.device_checkpoint import (
+    NOW_BYTES,
     CheckpointFormatError,
     DeviceCheckpoint,
     index_checkpoint,
@@ -41,9 +42,12 @@ def entry(uid: str, container: str, by_numa: dict[str, list[str]]) -> dict[str, 
     }
 
 
-def write(path: Path, *entries: dict[str, object]) -> None:
-    """As the kubelet's checkpoint manager writes: a temporary file renamed over the old."""
-    doc = {"Data": {"PodDeviceEntries": list(entries), "RegisteredDevices": {}}, "Checksum": 1}
+def write(path: Path, *entries: dict[str, object], pad: int = 0) -> None:
+    """As the kubelet's checkpoint manager writes: a temporary file renamed over the old
+    (``pad`` bytes more in the registered devices)."""
+    registered = {"x": ["y" * pad]} if pad else {}
+    doc = {"Data": {"PodDeviceEntries": list(entries), "RegisteredDevices": registered}}
+    doc["Checksum"] = 1
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc))
     os.rename(tmp, path)
@@ -106,9 +110,12 @@ def test_parse_refuses_what_is_not_the_numa_aware_format(doc: object, named: str
         parse()
 
 
-def test_answers_only_when_current_and_never_a_predecessors_devices(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pad", [0, NOW_BYTES], ids=["read-at-lookup", "left-to-background"])
+def test_answers_only_when_current_and_never_a_predecessors_devices(
+    tmp_path: Path, pad: int
+) -> None:
     path = tmp_path / "kubelet_internal_checkpoint"
-    write(path, entry("old-uid", "main", {"0": ["gpu-0"]}))
+    write(path, entry("old-uid", "main", {"0": ["gpu-0"]}), pad=pad)
 
     async def main() -> None:
         checkpoint = DeviceCheckpoint(str(path))
@@ -116,12 +123,16 @@ def test_answers_only_when_current_and_never_a_predecessors_devices(tmp_path: Pa
         assert await current(checkpoint, "old-uid") == {"main": {GPU: (Device("gpu-0", (0,)),)}}
         assert checkpoint.pod("other") == {}  # current: the kubelet allocated it nothing
         # The pod is recreated under its name: the kubelet frees the old pod's GPU and writes
-        # the new pod's allocation before RunPodSandbox; right after the rename, nothing is
-        # answered until the new content is parsed.
-        write(path, entry("new-uid", "main", {"1": ["gpu-1"]}))
-        assert checkpoint.pod("new-uid") is None
-        assert checkpoint.pod("old-uid") is None
-        assert await current(checkpoint, "new-uid") == {"main": {GPU: (Device("gpu-1", (1,)),)}}
+        # the new pod's allocation before RunPodSandbox. Right after the rename a small file
+        # is read by the lookup itself; a large one answers nothing until the worker parsed it.
+        write(path, entry("new-uid", "main", {"1": ["gpu-1"]}), pad=pad)
+        new = {"main": {GPU: (Device("gpu-1", (1,)),)}}
+        if pad:
+            assert checkpoint.pod("new-uid") is None
+            assert checkpoint.pod("old-uid") is None
+        else:
+            assert checkpoint.pod("new-uid") == new
+        assert await current(checkpoint, "new-uid") == new
         assert checkpoint.pod("old-uid") == {}
         checkpoint.close()
         assert checkpoint.pod("new-uid") is None
