@@ -14,7 +14,9 @@ import pytest
 from fake_kubelet import FakeKubelet
 from plrm_harness import serve, stored_plugin
 
+from nri_plrm.config_file import parse_config
 from nri_plrm.cpuset import CPUSet
+from nri_plrm.daemon import build_plugin
 from nri_plrm.engine.spec import Device
 from nri_plrm.metrics import Metrics
 from nri_plrm.podresources.device_checkpoint import (
@@ -219,3 +221,25 @@ def test_a_pod_whose_entry_is_malformed_is_asked_on_the_socket(
 
     asyncio.run(main())
     assert "pod bad: DeviceIDs is not a map" in caplog.text
+
+
+def test_the_daemon_follows_the_configured_checkpoint(tmp_path: Path) -> None:
+    sock = str(tmp_path / "kubelet.sock")
+    path = str(tmp_path / "kubelet_internal_checkpoint")
+    config = parse_config(
+        f'[state]\ndir = "{tmp_path / "state"}"\n'
+        f'[pod_resources]\nkubelet_socket = "{sock}"\nkubelet_device_checkpoint = "{path}"\n'
+    )
+    metrics = Metrics()
+    plugin = build_plugin(config, MACHINES["default"], metrics)
+    assert isinstance(plugin.devices, KubeletDevices)
+    assert isinstance(plugin.devices.checkpoint, DeviceCheckpoint)
+    assert plugin.devices.checkpoint.path == path
+    assert plugin.devices.count_source == metrics.device_lookup_source
+    plugin.ledger.close()
+    socket_only = parse_config(
+        f'[state]\ndir = "{tmp_path / "other"}"\n[pod_resources]\nkubelet_socket = "{sock}"\n'
+    )
+    plugin = build_plugin(socket_only, MACHINES["default"])
+    assert plugin.devices is not None and plugin.devices.checkpoint is None
+    plugin.ledger.close()
