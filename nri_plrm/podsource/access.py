@@ -101,7 +101,12 @@ def open_kubernetes(
     server = current.cluster.server if current is not None else ""
     log.info("Kubernetes API pod cache for node %s at %s", node, server or "?")
     cache = KubePodCache(pod_api, node, metrics=metrics, server=server)
-    claims = ClaimDevices(pod_api.http, node, DeviceNUMA(sysfs_root).pci)
+    claims = ClaimDevices(
+        pod_api.http,
+        node,
+        DeviceNUMA(sysfs_root).pci,
+        count=metrics.dra_device_lookup if metrics is not None else None,
+    )
     cache.on_object, cache.on_gone = claims.pod_seen, claims.pod_gone
     exporter = None
     if settings.node_resource_topology and topology is not None:

@@ -48,6 +48,9 @@ MAX_SLICES_BYTES = 64 << 20
 """Bytes the node's ResourceSlice list may take (128 devices per slice)."""
 QUEUE = 1024
 """Pods waiting for their claims to be fetched; more are dropped (warned)."""
+LOOKUP_RESULTS = ("found", "unknown")
+"""``nri_plrm_dra_device_lookups_total`` results at ``RunPodSandbox`` of a pod naming claims:
+its claims' devices known, or not known in time (the pod is decided without them, warned)."""
 RELIST_AFTER = 5.0
 """Seconds between two lists of the node's ResourceSlices asked by an unknown device."""
 
@@ -189,12 +192,15 @@ class ClaimDevices:
         node_name: str,
         pci_numa: Callable[[str], tuple[int, ...]],
         *,
+        count: Callable[[str], None] | None = None,
         log: logging.Logger | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.http = http
         self.node_name = node_name
         self.pci_numa = pci_numa
+        self.count = count
+        """Receives the result of each lookup of a pod naming claims (``LOOKUP_RESULTS``)."""
         self.log = log or _log
         self.clock = clock
         self.slices: dict[DeviceKey, tuple[int, ...]] = {}
@@ -245,6 +251,16 @@ class ClaimDevices:
         if not pod.done.is_set() and timeout > 0:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(pod.done.wait(), timeout)
+        if self.count is not None:
+            self.count("found" if pod.devices is not None else "unknown")
+        if pod.devices is None:
+            self.log.warning(
+                "pod %s: the devices of its DRA claims are not known (%s) within %.0f ms; "
+                "deciding without them",
+                uid,
+                "fetch failed" if pod.state == "failed" else f"claims {pod.state}",
+                timeout * 1000,
+            )
         return pod.devices
 
     async def drain(self) -> None:

@@ -150,10 +150,13 @@ def test_a_slice_gives_each_device_the_numa_node_its_driver_publishes(tmp_path: 
     }
 
 
-def fetcher(fk: FakeKube, tmp_path: Path) -> ClaimDevices:
+def fetcher(
+    fk: FakeKube, tmp_path: Path, count: Callable[[str], None] | None = None
+) -> ClaimDevices:
     path = tmp_path / "kubeconfig"
     path.write_text(kubeconfig_text(fk.url))
-    return ClaimDevices(new_pod_api(load_kube_config(str(path))).http, NODE, no_pci)
+    http = new_pod_api(load_kube_config(str(path))).http
+    return ClaimDevices(http, NODE, no_pci, count=count)
 
 
 def test_claims_are_fetched_in_the_background_and_keyed_by_pod_uid(tmp_path: Path) -> None:
@@ -189,11 +192,15 @@ def test_claims_are_fetched_in_the_background_and_keyed_by_pod_uid(tmp_path: Pat
     asyncio.run(main())
 
 
-def test_an_unallocated_claim_is_asked_again_at_the_pods_next_update(tmp_path: Path) -> None:
+def test_an_unallocated_claim_is_asked_again_at_the_pods_next_update(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    results: list[str] = []
+
     async def main() -> None:
         fk = await FakeKube(free_port()).start()
         fk.claims[("ml", "trainer-gpu-x7k2p")] = {"metadata": {"name": "c"}, "status": {}}
-        claims = fetcher(fk, tmp_path)
+        claims = fetcher(fk, tmp_path, results.append)
         claims.start()
         obj = trainer_object()
         uid = obj["metadata"]["uid"]
@@ -205,12 +212,16 @@ def test_an_unallocated_claim_is_asked_again_at_the_pods_next_update(tmp_path: P
             claims.pod_seen(uid, obj)
             found = await claims.devices(uid, 5.0)
             assert found == {"train": {DRIVER: (Device(f"{NODE}/gpu-3", ()),)}}
+            assert await claims.devices("no-claims", 1.0) is None  # not counted
         finally:
             await claims.stop()
             await claims.http.aclose()
             await fk.stop()
 
-    asyncio.run(main())
+    with caplog.at_level(logging.WARNING, "nri_plrm.podsource.dra"):
+        asyncio.run(main())
+    assert results == ["unknown", "found"]
+    assert "DRA claims are not known (claims unallocated) within 50 ms" in caplog.text
 
 
 @pytest.mark.parametrize("status", [404, 403], ids=["no-dra-api", "no-rbac"])
@@ -239,9 +250,10 @@ def test_an_api_without_dra_or_rbac_is_warned_once_and_waits_for_nothing(
 
     with caplog.at_level(logging.WARNING, "nri_plrm.podsource.dra"):
         asyncio.run(main())
-    warnings = [r for r in caplog.records if r.name == "nri_plrm.podsource.dra"]
-    assert len(warnings) == 1
-    assert f"{status}" in warnings[0].getMessage()
+    messages = [r.getMessage() for r in caplog.records if r.name == "nri_plrm.podsource.dra"]
+    (refused,) = [m for m in messages if m.startswith("DRA claim devices")]
+    assert f"HTTP {status}" in refused
+    assert "pod uid-0: the devices of its DRA claims are not known (fetch failed)" in messages[-1]
 
 
 def run_plugin(
@@ -340,4 +352,5 @@ def test_a_claim_that_does_not_exist_is_not_the_api_missing(
 
     with caplog.at_level(logging.WARNING, "nri_plrm.podsource.dra"):
         asyncio.run(main())
-    assert not [r for r in caplog.records if r.name == "nri_plrm.podsource.dra"]
+    assert "DRA claim devices:" not in caplog.text  # the API is there
+    assert "not known (claims unallocated)" in caplog.text
