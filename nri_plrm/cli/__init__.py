@@ -128,11 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--kubelet-topology-policy",
-        default="none",
+        default=None,
         metavar="POLICY",
         help=(
-            "the kubelet's own topologyManagerPolicy, which places the devices (default none: "
-            "they land anywhere and the plugin follows them)"
+            "the kubelet's own topologyManagerPolicy, which places the devices (default: "
+            "[topology_manager] kubelet_policy of the config, itself none by default: they "
+            "land anywhere and the plugin follows them)"
         ),
     )
     sim.add_argument(

@@ -40,7 +40,7 @@ from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.base.quantity import format_bytes, memory_bytes
 from nri_plrm.cli.inputs import EXIT_OK, EXIT_REJECTED, UsageError, load, machine
 from nri_plrm.cli.render import count, emit_json, render_table
-from nri_plrm.cli.simulate_devices import DeviceChoice, devices_cause
+from nri_plrm.cli.simulate_devices import KUBELET_POLICY_KEY, DeviceChoice, devices_cause
 from nri_plrm.cli.simulate_resize import (
     ResizeOutcome,
     ResizeRequest,
@@ -554,7 +554,11 @@ def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     except ConfigError as exc:
         raise UsageError(*exc.located(args.config or "<defaults>")) from exc
     resizes = [parse_resize(text) for text in args.resize or ()]
-    devices = DeviceChoice.parse(args.devices or (), args.kubelet_topology_policy)
+    devices = DeviceChoice.parse(
+        args.devices or (),
+        args.kubelet_topology_policy or config.topology_manager.kubelet_policy,
+        "--kubelet-topology-policy" if args.kubelet_topology_policy else KUBELET_POLICY_KEY,
+    )
     try:
         result = simulate(args.manifests, topology, config, resizes, devices)
     except ManifestError as exc:

@@ -4,7 +4,8 @@ node, handed out by a simulated kubelet at each pod's admission.
 ``--devices RESOURCE=NODE:COUNT[,NODE:COUNT]`` (repeatable) names the node's devices; a
 container asks for them with an extended resource limit (``nvidia.com/gpu: 1``). Before each
 pod's ``RunPodSandbox`` the kubelet's Device Manager picks its devices under the kubelet's own
-Topology Manager policy (``--kubelet-topology-policy``, default ``none``: the kubelet runs its
+Topology Manager policy (``[topology_manager] kubelet_policy``, which ``--kubelet-topology-policy``
+overrides; default ``none``: the kubelet runs its
 CPU and Memory Managers at ``none`` beside the plugin, and with its Topology Manager at ``none``
 too the devices land anywhere); :mod:`nri_plrm.engine.device_allocation` has the rules. The
 plugin then learns them, as from the kubelet's PodResources socket on a node, and aligns the
@@ -25,6 +26,8 @@ from nri_plrm.engine.topology_manager import POLICIES, POLICY_NONE
 from nri_plrm.translate.manifest_to_pod import is_extended_resource
 
 MAX_DEVICES_PER_NODE = 4096
+KUBELET_POLICY_KEY = "topology_manager.kubelet_policy"
+"""The config key naming the kubelet's policy (the flag overrides it)."""
 
 
 @dataclass(frozen=True)
@@ -33,16 +36,18 @@ class DeviceChoice:
 
     inventory: dict[str, tuple[Device, ...]]
     kubelet_policy: str = POLICY_NONE
+    policy_from: str = KUBELET_POLICY_KEY
+    """Where ``kubelet_policy`` was given (the flag or the config key), for messages."""
 
     @classmethod
-    def parse(cls, values: Sequence[str], kubelet_policy: str) -> DeviceChoice | None:
+    def parse(
+        cls, values: Sequence[str], kubelet_policy: str, policy_from: str = KUBELET_POLICY_KEY
+    ) -> DeviceChoice | None:
         """From ``--devices`` values (None without any); devices are named after the
         resource's last part and numbered in NUMA order (``gpu0``, ``gpu1``...). Raises
         ``UsageError`` naming the value and the rule."""
         if kubelet_policy not in POLICIES:
-            raise UsageError(
-                f"--kubelet-topology-policy {kubelet_policy!r}: one of {', '.join(POLICIES)}"
-            )
+            raise UsageError(f"{policy_from} {kubelet_policy!r}: one of {', '.join(POLICIES)}")
         if not values:
             return None
         rule = "expected RESOURCE=NODE:COUNT[,NODE:COUNT], e.g. nvidia.com/gpu=0:2,1:2"
@@ -71,7 +76,7 @@ class DeviceChoice:
                     Device(f"{stem}{len(devices) + i}", (int(node),)) for i in range(int(count))
                 ]
             inventory[resource] = tuple(devices)
-        return cls(inventory, kubelet_policy)
+        return cls(inventory, kubelet_policy, policy_from)
 
     def check(self, numa_ids: Sequence[int]) -> None:
         """Refuse a device on a NUMA node the machine does not have."""
@@ -97,7 +102,8 @@ class DeviceChoice:
 def devices_cause(choice: DeviceChoice | None) -> str:
     """The cause of a pod the simulated kubelet refused at its own admission."""
     policy = choice.kubelet_policy if choice is not None else POLICY_NONE
+    given = choice.policy_from if choice is not None else KUBELET_POLICY_KEY
     return (
         f"the kubelet's Device Manager could not give the pod its devices under its Topology "
-        f"Manager policy {policy} (--kubelet-topology-policy); the plugin never saw the pod"
+        f"Manager policy {policy} ({given}); the plugin never saw the pod"
     )

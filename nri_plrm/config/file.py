@@ -305,6 +305,7 @@ class _Parser:
             mode=socket_mode,
             kubelet_socket=optional_path,
             kubelet_timeout=seconds,
+            kubelet_device_checkpoint=optional_path,
             device_timeout=seconds,
             burst=positive_int,
         )
@@ -359,6 +360,7 @@ class _Parser:
             extra=frozenset({"options"}),
             policy=choice(TOPOLOGY_POLICIES),
             scope=choice(TOPOLOGY_SCOPES),
+            kubelet_policy=choice(TOPOLOGY_POLICIES),
         )
         options = table.get("options", {})
         if not isinstance(options, Mapping):

@@ -107,6 +107,9 @@ class PodResourcesSettings:
     kubelet_socket: str = ""
     """The kubelet's PodResources socket to merge ``devices``/``dynamic_resources`` from."""
     kubelet_timeout: float = 1.0
+    kubelet_device_checkpoint: str = ""
+    """The kubelet Device Manager's checkpoint file: pods' devices known without a ``Get`` at
+    ``RunPodSandbox`` when it is current; empty = always ask ``kubelet_socket``."""
     device_timeout: float = 0.1
     """Seconds ``RunPodSandbox`` waits for the kubelet's ``Get`` of the pod's devices (device
     hints); past it the pod is decided without them."""
@@ -164,6 +167,9 @@ class TopologyManagerSettings:
     scope: str = "pod"
     prefer_closest_numa_nodes: bool = False
     max_allowable_numa_nodes: int = DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+    kubelet_policy: str = "none"
+    """The kubelet's own ``topologyManagerPolicy``, under which its Device Manager places the
+    pods' devices (``simulate --devices`` plays it; ``--kubelet-topology-policy`` overrides)."""
 
 
 @dataclass(frozen=True)

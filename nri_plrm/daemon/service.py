@@ -56,10 +56,12 @@ from nri_plrm.observability.metrics import Metrics
 from nri_plrm.observability.metrics_server import MetricsServer
 from nri_plrm.plugin.cri_updates import CRIUpdater
 from nri_plrm.plugin.handlers import Plugin
+from nri_plrm.podresources.device_checkpoint import DeviceCheckpoint
 from nri_plrm.podresources.devices import KubeletDevices
 from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
+from nri_plrm.podsource.dra import ClaimDevices
 from nri_plrm.topology.device_numa import DeviceNUMA
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.sysfs import discover
@@ -82,6 +84,7 @@ def build_plugin(
     events: PodEventSink | None = None,
     refused: PodRefusalSink | None = None,
     on_change: Callable[[], None] | None = None,
+    claims: ClaimDevices | None = None,
 ) -> Plugin:
     """The node ledger (opened from ``config.state.dir``) and the plugin for ``config`` on
     ``topology``."""
@@ -102,6 +105,10 @@ def build_plugin(
             pr.kubelet_socket,
             pr.device_timeout,
             count=metrics.device_lookup if metrics is not None else None,
+            count_source=metrics.device_lookup_source if metrics is not None else None,
+            checkpoint=DeviceCheckpoint(pr.kubelet_device_checkpoint)
+            if pr.kubelet_device_checkpoint
+            else None,
         )
         if pr.kubelet_socket
         else None
@@ -115,6 +122,7 @@ def build_plugin(
         refused=refused,
         devices=devices,
         device_nodes=DeviceNUMA(config.topology.sysfs_root),
+        claims=claims,
     )
 
 
@@ -146,7 +154,11 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
 
     metrics = Metrics(request_timeout=config.nri.request_timeout)
     kube = open_kubernetes(
-        config.kubernetes, metrics, topology=topology, topology_manager=config.topology_manager
+        config.kubernetes,
+        metrics,
+        topology=topology,
+        topology_manager=config.topology_manager,
+        sysfs_root=config.topology.sysfs_root,
     )
     exporter = kube.topology if kube is not None else None
     try:
@@ -158,6 +170,7 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
             events=kube.events if kube is not None else None,
             refused=kube.refused if kube is not None else None,
             on_change=exporter.mark_dirty if exporter is not None else None,
+            claims=kube.claims if kube is not None else None,
         )
     except (CheckpointError, OSError) as exc:
         log.error("not starting: state directory %s: %s", config.state.dir, exc)
@@ -165,6 +178,8 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
             await kube.stop()
         return EXIT_FAILURE
     metrics.attach_view(plugin.ledger, topology)
+    if plugin.devices is not None:
+        plugin.devices.start()  # the device checkpoint is parsed before the first pod
     if exporter is not None:
         exporter.attach(
             lambda: free_per_numa(plugin.ledger.engine),
@@ -314,6 +329,8 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
         plugin.ledger.close()
+        if plugin.devices is not None:
+            await plugin.devices.close()
         gc.unfreeze()
         if podresources is not None:
             podresources.stop()

@@ -366,10 +366,31 @@ def check_devices(kc: KubeletConfig, config: Config) -> Check:
             f"topologyManagerPolicy {policy}: the kubelet aligns devices among themselves, and "
             "its verdicts may differ from the plugin's (see topology-manager)"
         )
+    pr = config.pod_resources
+    if not pr.kubelet_device_checkpoint:
+        source = (
+            f"device hints from {pr.kubelet_socket} within {pr.device_timeout:g} s (a Get at "
+            "each RunPodSandbox; [pod_resources] kubelet_device_checkpoint, the kubelet's "
+            "device-plugins/kubelet_internal_checkpoint, spares it)"
+        )
+    elif os.access(pr.kubelet_device_checkpoint, os.R_OK):
+        source = (
+            f"device hints from the kubelet's checkpoint {pr.kubelet_device_checkpoint} when "
+            f"current, else from {pr.kubelet_socket} within {pr.device_timeout:g} s"
+        )
+    else:
+        source = (
+            f"device hints from {pr.kubelet_socket} within {pr.device_timeout:g} s: "
+            f"kubelet_device_checkpoint {pr.kubelet_device_checkpoint} is not readable here"
+        )
+    assumed = config.topology_manager.kubelet_policy
+    if policy not in (None, "") and assumed != policy:
+        placed += (
+            f"; [topology_manager] kubelet_policy says {assumed}: simulate --devices plays "
+            "another kubelet than this one"
+        )
     return ok(
         AREA,
         "devices",
-        f"device hints from {config.pod_resources.kubelet_socket} within "
-        f"{config.pod_resources.device_timeout:g} s; {placed}; the plugin aligns CPUs and memory "
-        "with wherever they land",
+        f"{source}; {placed}; the plugin aligns CPUs and memory with wherever they land",
     )

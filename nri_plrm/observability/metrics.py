@@ -52,6 +52,8 @@ RECONCILE_ACTIONS = ("adopted", "corrected", "released")
 """Which cap an answer of the API server went past (the pod cache refused it)."""
 """What became of a Kubernetes Event the plugin recorded."""
 DEVICE_LOOKUP_RESULTS = ("found", "none", "timeout", "failed")
+DEVICE_LOOKUP_SOURCES = ("checkpoint", "socket")
+DRA_LOOKUP_RESULTS = ("found", "unknown")
 """Results of a pod's device lookup on the kubelet's PodResources socket."""
 HOTPLUG_IGNORED = ("unreadable", "memory", "no_change")
 """Why a hotplug uevent led to nothing: a datagram that cannot be read, a memory block event
@@ -246,6 +248,20 @@ class Metrics(KubernetesApiMetrics):
             ["result"],
             registry=r,
         )
+        self.device_lookup_sources = Counter(
+            "nri_plrm_device_lookup_sources",
+            "RunPodSandbox lookups of the pod's devices by where the answer came from "
+            "(checkpoint: the kubelet's device checkpoint, current; socket: a Get).",
+            ["source"],
+            registry=r,
+        )
+        self.dra_device_lookups = Counter(
+            "nri_plrm_dra_device_lookups",
+            "RunPodSandbox lookups of the devices of a pod's DRA claims, by result (found, "
+            "unknown: not fetched in time or failed, decided without them).",
+            ["result"],
+            registry=r,
+        )
         self.podresources_requests = Counter(
             "nri_plrm_podresources_requests",
             "PodResources API requests, by method and gRPC status code.",
@@ -301,6 +317,10 @@ class Metrics(KubernetesApiMetrics):
             self.checkpoint_corrupt.labels(kind=kind)
         for result in DEVICE_LOOKUP_RESULTS:
             self.device_lookups.labels(result=result)
+        for source in DEVICE_LOOKUP_SOURCES:
+            self.device_lookup_sources.labels(source=source)
+        for result in DRA_LOOKUP_RESULTS:
+            self.dra_device_lookups.labels(result=result)
 
     # Resource managers -----------------------------------------------------------------
 
@@ -452,6 +472,16 @@ class Metrics(KubernetesApiMetrics):
         (``DEVICE_LOOKUP_RESULTS``)."""
         check_label(result, DEVICE_LOOKUP_RESULTS, "result")
         self.device_lookups.labels(result=result).inc()
+
+    def device_lookup_source(self, source: str) -> None:
+        """Where one lookup of a pod's devices was answered (``DEVICE_LOOKUP_SOURCES``)."""
+        check_label(source, DEVICE_LOOKUP_SOURCES, "source")
+        self.device_lookup_sources.labels(source=source).inc()
+
+    def dra_device_lookup(self, result: str) -> None:
+        """One lookup of a pod's DRA claim devices at RunPodSandbox (``DRA_LOOKUP_RESULTS``)."""
+        check_label(result, DRA_LOOKUP_RESULTS, "result")
+        self.dra_device_lookups.labels(result=result).inc()
 
     def observe_podresources(self, method: str, code: str) -> None:
         """One PodResources request and its gRPC status code name."""

@@ -43,8 +43,14 @@ from nri_plrm.plugin.pool_updates import (
 from nri_plrm.plugin.reconcile import Reconciler, SyncMemo, intent_of
 from nri_plrm.plugin.resizes import Resizes
 from nri_plrm.plugin.single_container import DEMOTE, SingleContainerInference
-from nri_plrm.podresources.devices import KubeletDevices, sandbox_devices, with_devices
+from nri_plrm.podresources.devices import (
+    KubeletDevices,
+    known_devices,
+    sandbox_devices,
+    with_devices,
+)
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
+from nri_plrm.podsource.dra import ClaimDevices, with_claim_devices
 from nri_plrm.podsource.lookups import SpecLookups
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.topology.device_numa import DeviceNUMA
@@ -74,7 +80,9 @@ class Plugin:
     ``ledger`` holds and persists the decisions; ``pod_specs`` (optional) gives full pod specs
     for the kubelet-exact whole-pod mode; ``metrics`` (optional) counts reconciliation;
     ``events`` (optional) receives the kubelet's rejection reason and message as pod Events;
-    ``refused`` (optional) the final admission refusals of pods known from the API.
+    ``refused`` (optional) the final admission refusals of pods known from the API;
+    ``devices`` (optional) the kubelet's device allocations, ``claims`` (optional) the pods'
+    DRA claim devices, ``device_nodes`` the NUMA nodes of containers' own devices.
     """
 
     def __init__(
@@ -89,9 +97,11 @@ class Plugin:
         refused: PodRefusalSink | None = None,
         devices: KubeletDevices | None = None,
         device_nodes: DeviceNUMA | None = None,
+        claims: ClaimDevices | None = None,
     ) -> None:
         self.ledger = ledger
         self.devices = devices
+        self.claims = claims
         self.device_nodes = device_nodes
         self.pod_specs = pod_specs
         self.metrics = metrics
@@ -157,13 +167,17 @@ class Plugin:
         uid, namespace, name = pod_identity(pod)
         if self._known_sandbox(uid, pod.id):
             return
-        if self.devices is None:  # no task per pod: a Synchronize admits thousands
-            spec, found = await self.lookup(uid, namespace, name), None
+        started = self.lookups.now()
+        found = known_devices(self.devices, self.ledger.engine, pod)
+        if self.devices is None or found is not None:  # no task per pod (Synchronize)
+            spec = await self.lookup(uid, namespace, name)
         else:
             spec, found = await asyncio.gather(
                 self.lookup(uid, namespace, name),
                 sandbox_devices(self.devices, self.ledger.engine, pod),
             )
+        if self.claims is not None:
+            found = await with_claim_devices(self.claims, uid, found, self.lookups.left(started))
         if self._known_sandbox(uid, pod.id):
             return
         try:

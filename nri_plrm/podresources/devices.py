@@ -11,6 +11,12 @@ without device hints, with a WARNING and ``nri_plrm_device_lookups_total{result}
 The node's device inventory (``GetAllocatableResources``, what the Device Manager's preferred
 width is measured on) is asked in the same step, concurrently and under the same deadline,
 when the one held is older than ``INVENTORY_TTL`` seconds.
+
+With the kubelet's device checkpoint (``[pod_resources] kubelet_device_checkpoint``,
+:mod:`nri_plrm.podresources.device_checkpoint`) the pod's devices are usually known without a
+call: the checkpoint, kept current in the background and keyed by pod UID, answers when it is
+certain to be current, and ``Get`` is asked only otherwise; the inventory is then refreshed in
+the background.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from nri_plrm.engine.device_manager import DeviceManager
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.spec import Device, DeviceMap, PodSpec
 from nri_plrm.podresources.client import MAX_MESSAGE_BYTES, SERVICE
+from nri_plrm.podresources.device_checkpoint import DeviceCheckpoint
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.proto import podresources_api_pb2 as pb
 from nri_plrm.translate.nri_to_pod import PodIntent
@@ -39,6 +46,9 @@ INVENTORY_TTL = 60.0
 LOOKUP_RESULTS = ("found", "none", "timeout", "failed")
 """``nri_plrm_device_lookups_total`` results: devices found, the pod holds none, the kubelet
 did not answer within the deadline, the kubelet answered with an error."""
+LOOKUP_SOURCES = ("checkpoint", "socket")
+"""``nri_plrm_device_lookup_sources_total`` sources: the kubelet's device checkpoint answered
+(no call), or the kubelet's socket was asked."""
 
 DevicesByContainer = dict[str, DeviceMap]
 NodeInventory = dict[str, tuple[tuple[int, ...], ...]]
@@ -91,14 +101,21 @@ class KubeletDevices:
         deadline: float,
         *,
         count: Callable[[str], None] | None = None,
+        count_source: Callable[[str], None] | None = None,
         log: logging.Logger | None = None,
         clock: Callable[[], float] = time.monotonic,
+        checkpoint: DeviceCheckpoint | None = None,
     ) -> None:
         """``deadline``: seconds a lookup may take; ``count`` receives each lookup's result
-        (one of ``LOOKUP_RESULTS``)."""
+        (one of ``LOOKUP_RESULTS``), ``count_source`` where it came from (``LOOKUP_SOURCES``);
+        ``checkpoint``: the kubelet's device checkpoint, asked first."""
         self.socket_path = socket_path
         self.deadline = deadline
         self.count = count
+        self.count_source = count_source
+        self.checkpoint = checkpoint
+        self._checkpoint_loop: asyncio.AbstractEventLoop | None = None
+        self._inventory_task: asyncio.Task[None] | None = None
         self.log = log or _log
         self.clock = clock
         self.inventory: NodeInventory | None = None
@@ -134,9 +151,50 @@ class KubeletDevices:
             return str(exc.code().name)
         return result
 
+    def start(self) -> None:
+        """Start following the device checkpoint and asking the inventory, on the running
+        loop (again after a loop change); lookups before the first parse ask the socket."""
+        loop = asyncio.get_running_loop()
+        if self.checkpoint is not None and self._checkpoint_loop is not loop:
+            self.checkpoint.close()
+            self._checkpoint_loop = loop
+            self._inventory_task = None
+            self.checkpoint.start()
+            self._refresh_stale_inventory()
+
+    def known(self, uid: str) -> DevicesByContainer | None:
+        """The pod's devices from the device checkpoint when it is current (counted), else
+        None: the socket must be asked (:meth:`lookup`). The node's inventory is refreshed in
+        the background when stale; none held yet also answers None."""
+        if self.checkpoint is None:
+            return None
+        self.start()
+        found = self.checkpoint.pod(uid)
+        self._refresh_stale_inventory()
+        if found is None or self.inventory is None:
+            return None
+        self._count("found" if found else "none", "checkpoint")
+        return found
+
+    def _refresh_stale_inventory(self) -> None:
+        stale = self.inventory is None or self.clock() - self._inventory_at >= INVENTORY_TTL
+        if stale and (self._inventory_task is None or self._inventory_task.done()):
+            self._inventory_task = asyncio.create_task(self._refresh_inventory())
+
+    async def _refresh_inventory(self) -> None:
+        now = self.clock()
+        reply = await self._call(
+            "GetAllocatableResources",
+            pb.AllocatableResourcesRequest(),
+            pb.AllocatableResourcesResponse,
+        )
+        if not isinstance(reply, str):
+            self.inventory = node_devices(reply)
+            self._inventory_at = now
+
     async def lookup(self, namespace: str, name: str) -> DevicesByContainer | None:
-        """The pod's devices by container name; None when the kubelet did not answer in time
-        or failed (warned and counted)."""
+        """The pod's devices by container name from ``Get``; None when the kubelet did not
+        answer in time or failed (warned and counted)."""
         now = self.clock()
         stale = self.inventory is None or now - self._inventory_at >= INVENTORY_TTL
         request = pb.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
@@ -174,20 +232,41 @@ class KubeletDevices:
         return found
 
     async def close(self) -> None:
-        """Close the channel (of the running loop)."""
+        """Stop following the checkpoint; close the channel (of the running loop)."""
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+            self._checkpoint_loop = None
+        if self._inventory_task is not None:
+            self._inventory_task.cancel()
+            self._inventory_task = None
         if self._channel is not None:
             channel, self._channel = self._channel[1], None
             self._calls = {}
             await channel.close()
 
-    def _count(self, result: str) -> None:
+    def _count(self, result: str, source: str = "socket") -> None:
         if self.count is not None:
             self.count(result)
+        if self.count_source is not None:
+            self.count_source(source)
 
     def feed(self, devices: DeviceManager) -> None:
         """Give the engine's device manager the node's inventory when it changed."""
         if self.inventory is not None and devices.node_devices != self.inventory:
             devices.set_node_devices(self.inventory)
+
+
+def known_devices(
+    source: KubeletDevices | None, engine: Engine, pod: api.PodSandbox
+) -> DevicesByContainer | None:
+    """The sandbox's pod's devices when the device checkpoint knows them for certain (the
+    engine then gets the node's device inventory), else None."""
+    if source is None:
+        return None
+    found = source.known(pod.uid)
+    if found is not None:
+        source.feed(engine.device_manager)
+    return found
 
 
 async def sandbox_devices(

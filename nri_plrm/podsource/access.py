@@ -20,10 +20,12 @@ from nri_plrm.podsource.client import (
     new_pod_api,
     node_name,
 )
+from nri_plrm.podsource.dra import ClaimDevices
 from nri_plrm.podsource.events import EventRecorder
 from nri_plrm.podsource.kube import KubePodCache
 from nri_plrm.podsource.nrt import NodeTopologyExporter
 from nri_plrm.podsource.refusals import RefusedPods
+from nri_plrm.topology.device_numa import DeviceNUMA
 from nri_plrm.topology.model import Topology
 
 log = logging.getLogger("nri_plrm.podsource")
@@ -41,9 +43,13 @@ class KubernetesAccess:
     topology: NodeTopologyExporter | None = None
     refused: RefusedPods | None = None
     client: AsyncClient | None = None
+    claims: ClaimDevices | None = None
+    """The pods' DRA claim devices, fed by the cache."""
 
     def start(self) -> None:
         """Start listing/watching, posting and exporting in the running loop."""
+        if self.claims is not None:
+            self.claims.start()
         self.cache.start()
         self.events.start()
         if self.topology is not None:
@@ -58,6 +64,8 @@ class KubernetesAccess:
         if self.topology is not None:
             await self.topology.stop()
         await self.events.stop()
+        if self.claims is not None:
+            await self.claims.stop()
         await self.cache.stop()
         if self.client is not None:
             await self.client.close()
@@ -70,11 +78,13 @@ def open_kubernetes(
     *,
     topology: Topology | None = None,
     topology_manager: TopologyManagerSettings | None = None,
+    sysfs_root: str = "/sys",
 ) -> KubernetesAccess | None:
     """The API access ``settings`` ask for; None when disabled, or (logged as an error, the
     plugin then decides from NRI data only) when no usable configuration is found. The
     NodeResourceTopology exporter needs the machine's ``topology`` and ``topology_manager``
-    settings; its state function is attached once the plugin exists."""
+    settings; its state function is attached once the plugin exists. DRA devices given by a
+    PCI address are located under ``sysfs_root``."""
     if not settings.enabled:
         return None
     node = node_name(settings)
@@ -91,6 +101,13 @@ def open_kubernetes(
     server = current.cluster.server if current is not None else ""
     log.info("Kubernetes API pod cache for node %s at %s", node, server or "?")
     cache = KubePodCache(pod_api, node, metrics=metrics, server=server)
+    claims = ClaimDevices(
+        pod_api.http,
+        node,
+        DeviceNUMA(sysfs_root).pci,
+        count=metrics.dra_device_lookup if metrics is not None else None,
+    )
+    cache.on_object, cache.on_gone = claims.pod_seen, claims.pod_gone
     exporter = None
     if settings.node_resource_topology and topology is not None:
         tm = topology_manager or TopologyManagerSettings()
@@ -110,4 +127,4 @@ def open_kubernetes(
         log.info("publishing NodeResourceTopology %s", node)
     refused = RefusedPods(client, node, metrics=metrics) if settings.fail_refused_pods else None
     events = EventRecorder(client, node, metrics=metrics)
-    return KubernetesAccess(cache, events, exporter, refused, client)
+    return KubernetesAccess(cache, events, exporter, refused, client, claims)

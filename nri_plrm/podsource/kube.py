@@ -123,6 +123,11 @@ class KubePodCache:
         self._synced_event = asyncio.Event()
         self.on_change: Callable[[PodSpec], None] | None = None
         """Called with a known pod whose resources changed (an in-place resize)."""
+        self.on_object: Callable[[str, Mapping[str, Any]], None] | None = None
+        """Called with each pod object stored (its uid key and the object as listed or
+        watched), e.g. to fetch its DRA claims."""
+        self.on_gone: Callable[[str], None] | None = None
+        """Called with the uid key of each pod forgotten."""
         if metrics is not None:
             metrics.set_pod_cache_available(False)
 
@@ -253,6 +258,7 @@ class KubePodCache:
                     key = pod_key(item) if isinstance(item, dict) else ""
                     if key:
                         fresh[key] = _converted(item)
+                        self._observe(key, item)
                     else:
                         self.log.warning("pod cache: ignoring a pod object without metadata.uid")
                     await slices.step()
@@ -321,6 +327,14 @@ class KubePodCache:
             self.log.warning("pod cache: ignoring a pod object without metadata.uid")
             return
         self._store(key, _converted(obj))
+        self._observe(key, obj)
+
+    def _observe(self, key: str, obj: Mapping[str, Any]) -> None:
+        if self.on_object is not None:
+            try:
+                self.on_object(key, obj)
+            except Exception:  # a follower's bug must not stop the watch
+                self.log.exception("pod cache: following pod %s failed", key)
 
     def _store(self, key: str, converted: PodSpec | str) -> None:
         """Keep a converted pod (or why it cannot be used) and wake its waiters."""
@@ -347,6 +361,8 @@ class KubePodCache:
     def _forget(self, key: str) -> None:
         self._specs.pop(key, None)
         self._invalid.pop(key, None)
+        if self.on_gone is not None:
+            self.on_gone(key)
 
     # ----------------------------------------------------------------- health
 

@@ -33,6 +33,16 @@ class SpecLookups:
         self._memo: dict[str, PodSpec | None] | None = None
         self._deadline = 0.0
 
+    def now(self) -> float:
+        """The lookups' clock (the start of a request, for :meth:`left`)."""
+        return self._clock()
+
+    def left(self, started: float) -> float:
+        """Seconds a request that began at ``started`` may still wait: within a batch, until
+        the batch's deadline; else what remains of ``timeout``."""
+        end = self._deadline if self._memo is not None else started + self.timeout
+        return max(0.0, end - self._clock())
+
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
         """One request making many lookups: each pod is looked up once and the waits share

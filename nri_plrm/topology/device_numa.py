@@ -14,6 +14,7 @@ Answers are kept (a device's node does not change while it exists) in a bounded 
 from __future__ import annotations
 
 import os
+import re
 from collections import OrderedDict
 
 KINDS = {"c": "char", "b": "block"}
@@ -25,6 +26,10 @@ Located = tuple[str, tuple[int, ...]]
 """The device's class (``block`` for block devices, else the sysfs directory a character
 device is listed in: ``drm``, ``infiniband_verbs``, ``vfio``; ``net`` for an interface) and its
 NUMA nodes (empty: none)."""
+
+
+PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+"""A PCI bus address in extended BDF notation (domain:bus:device.function), lower case."""
 
 
 class DeviceNUMA:
@@ -52,6 +57,18 @@ class DeviceNUMA:
             link = os.path.join(self.root, "class", "net", interface, "device")
             found = self._keep(interface, ("net", self._nodes_up(link)))
         return found
+
+    def pci(self, bus_id: str) -> tuple[int, ...]:
+        """A PCI device's NUMA nodes by its bus address (``0000:3b:00.0``; empty: none, or
+        not a PCI address of this machine)."""
+        key = f"pci:{bus_id}"
+        found = self._cache.get(key)
+        if found is None:
+            nodes: tuple[int, ...] = ()
+            if PCI_ADDRESS.fullmatch(bus_id):
+                nodes = self._nodes_up(os.path.join(self.root, "bus", "pci", "devices", bus_id))
+            found = self._keep(key, ("pci", nodes))
+        return found[1]
 
     def _keep(self, key: tuple[str, int, int] | str, found: Located) -> Located:
         if len(self._cache) >= CACHED:

@@ -108,3 +108,41 @@ def test_bad_values_name_the_value_and_the_rule(
     code, _ = run("simulate", *argv, str(GPU_POD))
     assert code == 2
     assert error in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "cause"),
+    [
+        ([], "Topology Manager policy single-numa-node (topology_manager.kubelet_policy)"),
+        (
+            ["--kubelet-topology-policy", "single-numa-node"],
+            "Topology Manager policy single-numa-node (--kubelet-topology-policy)",
+        ),
+        (["--kubelet-topology-policy", "none"], "pod holds nvidia.com/gpu gpu0 (NUMA 0)"),
+    ],
+    ids=["key", "flag-same", "flag-overrides"],
+)
+def test_the_config_key_names_the_kubelets_policy_and_the_flag_overrides_it(
+    tmp_path: Path, flag: list[str], cause: str
+) -> None:
+    manifest = tmp_path / "split.yaml"
+    manifest.write_text(SPLIT)
+    config = tmp_path / "config.toml"
+    config.write_text('[topology_manager]\nkubelet_policy = "single-numa-node"\n')
+    argv = ["simulate", "--config", str(config), "--output", "json"]
+    code, out = run(*argv, "--devices", "nvidia.com/gpu=0:1,1:1", *flag, str(manifest))
+    assert code == 0
+    (pod,) = json.loads(out)["pods"]
+    assert (pod["admitted"], pod["reason"]) == (False, "TopologyAffinityError")
+    assert cause in pod["explanation"]
+
+
+def test_a_bad_kubelet_policy_key_is_refused_with_its_key_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[topology_manager]\nkubelet_policy = "strict"\n')
+    code, _ = run("simulate", "--config", str(config), str(GPU_POD))
+    assert code == 2
+    err = capsys.readouterr().err
+    assert 'topology_manager.kubelet_policy: "strict": must be one of none, best-effort' in err

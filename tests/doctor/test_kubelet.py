@@ -74,8 +74,20 @@ def test_devices_say_where_hints_come_from_and_what_the_kubelet_does(tmp_path: P
     check = kubelet.check_devices(none, config)
     assert "/run/k.sock within 0.1 s" in check.message
     assert "without NUMA alignment among them" in check.message
+    assert "kubelet_device_checkpoint" in check.message and "spares it" in check.message
     aligned = kubelet.check_devices(load(tmp_path, STATIC), config)
     assert "topologyManagerPolicy single-numa-node: the kubelet aligns devices" in aligned.message
+    assert "kubelet_policy says none: simulate --devices plays another kubelet" in aligned.message
+    checkpoint = tmp_path / "kubelet_internal_checkpoint"
+    text = f'kubelet_socket = "/run/k.sock"\nkubelet_device_checkpoint = "{checkpoint}"\n'
+    with_checkpoint = parse_config("[pod_resources]\n" + text)
+    check = kubelet.check_devices(none, with_checkpoint)
+    assert f"kubelet_device_checkpoint {checkpoint} is not readable here" in check.message
+    checkpoint.write_text("{}")
+    check = kubelet.check_devices(none, with_checkpoint)
+    assert f"from the kubelet's checkpoint {checkpoint} when current" in check.message
+    same = parse_config('[topology_manager]\nkubelet_policy = "single-numa-node"\n')
+    assert "kubelet_policy says" not in kubelet.check_devices(load(tmp_path, STATIC), same).message
 
 
 def test_unset_policies_are_the_kubelets_defaults(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ SAMPLES: dict[str, Any] = {
     "kubernetes.node_name": "node-1",
     "topology_manager.policy": "restricted",
     "topology_manager.scope": "container",
+    "topology_manager.kubelet_policy": "best-effort",
     "cpu_manager.reserved_cpus": "0-1",
     "cpu_manager.reserved_cpu_count": 2,
     "cpu_manager.options": {"full-pcpus-only": True},

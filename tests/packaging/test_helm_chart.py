@@ -256,6 +256,8 @@ def test_rbac_for_the_pod_cache() -> None:
         ("events.k8s.io", "events"): ["create", "patch"],
         ("", "nodes"): ["get"],
         ("topology.node.k8s.io", "noderesourcetopologies"): ["create", "get", "patch", "update"],
+        ("resource.k8s.io", "resourceclaims"): ["get", "list", "watch"],
+        ("resource.k8s.io", "resourceslices"): ["get", "list", "watch"],
     }
     binding = objs[("ClusterRoleBinding", "nri-plrm")]
     assert binding["roleRef"] == {
@@ -508,3 +510,9 @@ def test_export_onto_the_kubelets_directory_fails_the_render(
 def test_export_onto_another_mount_fails_the_render(path: str) -> None:
     with pytest.raises(helm_python.HelmError, match="another volume is mounted there"):
         render_module.render({"config": {"state": {"kubelet_state_dir": path}}})
+
+
+def test_dra_rbac_goes_with_the_pod_cache() -> None:
+    dra = {("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceslices")}
+    assert dra <= role_rules({})
+    assert not dra & role_rules({"config": {"kubernetes": {"enabled": False}}})

@@ -10,8 +10,9 @@ It speaks what the pod cache, the event recorder and the refused-pod patcher use
 ``status``, ``GET /api/v1/nodes/<name>`` and the cluster-scoped
 NodeResourceTopology custom resource (``GET``/``POST``/``PUT`` under
 ``/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies``, with ``resourceVersion``
-conflicts as the API server answers them). Lists honour ``limit`` and ``continue`` as the API
-server does. Every request is recorded.
+conflicts as the API server answers them), and DRA's ``resource.k8s.io/v1``: ``GET`` of one
+ResourceClaim and the ResourceSlice list (``fieldSelector=spec.nodeName=<node>`` honoured). Lists
+honour ``limit`` and ``continue`` as the API server does. Every request is recorded.
 
 Hostile modes, as a broken or malicious API server behaves: ``fill`` (a huge list),
 ``ignore_limit`` (one page whatever ``limit`` says), ``endless_continue`` (every page says there
@@ -46,6 +47,7 @@ class Request:
 
 
 NRT_PATH = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
+DRA_PATH = "/apis/resource.k8s.io/v1"
 
 
 @dataclass
@@ -127,6 +129,13 @@ class FakeKube:
         """Statuses answered, one per request, to the next NodeResourceTopology writes."""
         self.nrt_crd = True
         """False: the CRD is not installed (every NodeResourceTopology request is a 404)."""
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        """ResourceClaims by (namespace, name)."""
+        self.slices: list[dict[str, Any]] = []
+        """ResourceSlices."""
+        self.dra_status = 0
+        """When set (404: an API server without resource.k8s.io/v1; 403: no RBAC), answered to
+        every DRA request."""
         self.endless_continue = False
         """Every list page carries a ``continue`` token and new pods (an endless list)."""
         self.ignore_limit = False
@@ -296,6 +305,35 @@ class FakeKube:
         else:
             await self._json(writer, 404, _status(404, "NotFound", f'nodes "{name}" not found'))
 
+    def dra_requests(self) -> list[Request]:
+        """The DRA requests answered, in order."""
+        return [r for r in self.requests if r.path.startswith(DRA_PATH)]
+
+    async def _dra_api(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        parts = request.path[len(DRA_PATH) :].strip("/").split("/")
+        if self.dra_status:
+            reason = {403: "Forbidden", 404: "NotFound"}.get(self.dra_status, "Error")
+            await self._json(writer, self.dra_status, _status(self.dra_status, reason, "no"))
+        elif parts == ["resourceslices"]:
+            selector = _selector(request.query.get("fieldSelector", ""))
+            items = [s for s in self.slices if self._matches(s, selector)]
+            self.rv += 1
+            body = {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1"}
+            body |= {"metadata": {"resourceVersion": str(self.rv)}, "items": items}
+            await self._json(writer, 200, body)
+        elif len(parts) == 4 and parts[0] == "namespaces" and parts[2] == "resourceclaims":
+            claim = self.claims.get((parts[1], parts[3]))
+            if claim is None:
+                msg = f'resourceclaims.resource.k8s.io "{parts[3]}" not found'
+                status = _status(404, "NotFound", msg)
+                status["details"] = {"name": parts[3], "group": "resource.k8s.io"}
+                status["details"]["kind"] = "resourceclaims"
+                await self._json(writer, 404, status)
+            else:
+                await self._json(writer, 200, claim)
+        else:
+            await self._json(writer, 404, _status(404, "NotFound", f"{request.path} not found"))
+
     async def _nrt_api(self, request: Request, writer: asyncio.StreamWriter) -> None:
         rest = request.path[len(NRT_PATH) :].strip("/")
         if self.nrt_status:
@@ -379,6 +417,9 @@ class FakeKube:
             return
         if request.path.startswith(NRT_PATH):
             await self._nrt_api(request, writer)
+            return
+        if request.path.startswith(DRA_PATH + "/") and request.method == "GET":
+            await self._dra_api(request, writer)
             return
         if request.path.startswith("/api/v1/nodes/"):
             await self._node_api(request, writer)
@@ -528,6 +569,7 @@ class FakeKube:
         reason = {
             200: "OK",
             201: "Created",
+            403: "Forbidden",
             404: "Not Found",
             409: "Conflict",
             410: "Gone",
