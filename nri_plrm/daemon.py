@@ -57,6 +57,7 @@ from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
 from nri_plrm.safepaths import validate_for_host
+from nri_plrm.scheduler.published import exact_attributes
 from nri_plrm.topology.device_numa import DeviceNUMA
 from nri_plrm.topology.hotplug.monitor import HotplugMonitor
 from nri_plrm.topology.hotplug.uevent import HotplugEvent
@@ -238,6 +239,7 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
         exporter.attach(
             lambda: free_per_numa(plugin.ledger.engine),
             lambda: ((p.namespace, p.name) for p in plugin.ledger.pods()),
+            lambda: exact_attributes(plugin.ledger.engine),
         )
     if kube is not None:
         kube.cache.on_change = plugin.follow_pod

@@ -1,0 +1,141 @@
+"""The node's admission, decided away from the node: the engine the node runs, rebuilt from the
+state its NodeResourceTopology object publishes (pure: no I/O).
+
+:class:`NodeModel` holds one published state. :meth:`NodeModel.decide` admits a pod on a copy of
+that state, after the pods the scheduler already placed there that the object does not show yet
+(the assume cache's), exactly as the node's engine admits a pod whose full spec it knows
+(``Engine.admit_pod``): the verdict is admit, or the kubelet's reason and message with the cause
+``nri_plrm.engine.explain`` gives on the node. A refusal that also happens on the same node with
+nothing allocated is *unresolvable*: no eviction makes room for the pod there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from nri_plrm.engine.explain import explain_rejection
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.memory_state import MemoryTable, NodeState
+from nri_plrm.engine.spec import AdmissionError, PodSpec
+from nri_plrm.scheduler.published import PublishedNode
+
+_HELD = ""
+"""The pod uid under which the CPUs the node handed out are held in a rebuilt state (an API
+pod always has a uid, so it never meets a real one)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One node's answer for one pod."""
+
+    admit: bool
+    reason: str = ""
+    message: str = ""
+    cause: str = ""
+    unresolvable: bool = False
+    """Refused even with nothing allocated on the node."""
+
+    def text(self) -> str:
+        """``<reason>: <message>; cause: <cause>`` (empty for an admission)."""
+        if self.admit:
+            return ""
+        return f"{self.reason}: {self.message}; cause: {self.cause}"
+
+
+ADMIT = Verdict(True)
+
+
+def _copy_machine(source: Mapping[int, NodeState]) -> dict[int, NodeState]:
+    """A copy of a machine state the engine may change."""
+    return {
+        node: NodeState(
+            {
+                name: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
+                for name, t in row.memory_map.items()
+            },
+            list(row.cells),
+            row.number_of_assignments,
+        )
+        for node, row in source.items()
+    }
+
+
+class NodeModel:
+    """A node's engine over its published state; decides pods without changing that state."""
+
+    def __init__(self, node: PublishedNode) -> None:
+        self.node = node
+        self._engine = Engine(node.topology, node.config)
+        self._empty: Engine | None = None
+        cpu = self._engine.cpu_manager
+        reserved = cpu.reserved_cpus
+        everything = node.topology.all_cpus
+        if cpu.options.strict_cpu_reservation:
+            self._default = node.free_cpus
+            held = everything - reserved - self._default
+        else:
+            self._default = node.free_cpus | reserved
+            held = everything - self._default
+        self._held = {_HELD: {_HELD: held}} if held else {}
+        self._reset()
+
+    def _reset(self) -> None:
+        engine = self._engine
+        for uid in engine.pods():
+            engine.remove_pod(uid)
+        engine.cpu_manager.start_from_state(self._default, self._held, validate=False)
+        engine.memory_manager.machine_state = _copy_machine(self.node.machine_state)
+
+    def decide(self, pod: PodSpec, assumed: Sequence[PodSpec] = ()) -> Verdict:
+        """The node's verdict for ``pod`` once ``assumed`` (pods placed here that the object
+        does not show yet, in the order they were placed) are admitted; the state is left as
+        published."""
+        engine = self._engine
+        try:
+            for other in assumed:
+                if other.uid == pod.uid:
+                    continue
+                try:
+                    engine.admit_pod(other)
+                except AdmissionError:
+                    continue  # the node refuses it too: it holds nothing there
+            try:
+                engine.admit_pod(pod)
+            except AdmissionError as err:
+                cause = explain_rejection(engine, pod, err)
+                return Verdict(False, err.reason, err.message, cause, unresolvable=self._never(pod))
+            return ADMIT
+        finally:
+            self._reset()
+
+    def _never(self, pod: PodSpec) -> bool:
+        """True when the node with nothing allocated refuses ``pod`` too."""
+        if self._empty is None:
+            self._empty = Engine(self.node.topology, self.node.config)
+        try:
+            self._empty.admit_pod(pod)
+        except AdmissionError:
+            return True
+        self._empty.remove_pod(pod.uid)
+        return False
+
+    def free_fraction(self) -> dict[int, float]:
+        """Per NUMA node, the share of its allocatable CPUs and memory still free (the mean of
+        the two; nodes without allocatable CPUs count memory only), for scoring."""
+        node = self.node
+        allocatable = node.topology.all_cpus - self._engine.cpu_manager.reserved_cpus
+        out: dict[int, float] = {}
+        for numa in node.topology.numa_ids:
+            cpus = node.topology.numa_nodes[numa].cpus
+            parts: list[float] = []
+            total = len(cpus & allocatable)
+            if total:
+                parts.append(len(cpus & node.free_cpus) / total)
+            state = node.machine_state.get(numa)
+            if state is not None:
+                table = state.memory_map.get("memory")
+                if table is not None and table.allocatable > 0:
+                    parts.append(table.free / table.allocatable)
+            out[numa] = sum(parts) / len(parts) if parts else 0.0
+        return out

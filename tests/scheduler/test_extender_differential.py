@@ -1,0 +1,117 @@
+"""The scheduler extender's decision against the node's admission, on random machines,
+policies, scopes, options and pod sequences (pod-level budgets with exclusive and shared
+containers, sidecars, init containers, classic pods, memory and hugepages).
+
+At every step the node publishes its object through the exporter's code path, the extender
+decides over it, then the node admits through its ledger: the verdicts, the kubelet's reason
+and message and the cause must be equal. ``NRI_PLRM_DIFF_STEPS`` sets the number of steps
+(default 5,000). With a write window of lag, the assume cache must keep the extender from
+passing any pod the node then refuses."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+
+from extender_diff import LedgerNode, random_node, random_pod
+
+from nri_plrm.scheduler.assume import AssumeCache
+from nri_plrm.scheduler.decide import NodeModel
+from nri_plrm.scheduler.published import read_published
+
+STEPS = int(os.environ.get("NRI_PLRM_DIFF_STEPS", "5000"))
+STEPS_PER_NODE = 60
+
+
+def _churn(rng: random.Random, node: LedgerNode) -> bool:
+    """Sometimes a pod leaves the node; True when one did."""
+    uids = node.uids()
+    if uids and rng.random() < 0.3:
+        node.remove(rng.choice(uids))
+        return True
+    return False
+
+
+def test_the_extender_decides_exactly_like_the_node() -> None:
+    rng = random.Random(20261205)
+    outcomes: Counter[str] = Counter()
+    disagreements: list[str] = []
+    steps = index = 0
+    node = random_node(rng, "node-0")
+    while steps < STEPS:
+        if steps % STEPS_PER_NODE == 0:
+            node = random_node(rng, f"node-{steps}")
+        steps += 1
+        if _churn(rng, node):
+            continue
+        index += 1
+        _obj, spec = random_pod(rng, index, node.topology)
+        verdict = NodeModel(read_published(node.published())).decide(spec)
+        refused = node.admit(spec)
+        if refused is None:
+            outcomes["admitted"] += 1
+            if not verdict.admit:
+                disagreements.append(f"{spec.uid}: node admits, extender: {verdict.text()}")
+            continue
+        err, cause = refused
+        outcomes[err.reason] += 1
+        outcomes["unresolvable"] += verdict.unresolvable
+        got = (verdict.admit, verdict.reason, verdict.message, verdict.cause)
+        if got != (False, err.reason, err.message, cause):
+            disagreements.append(f"{spec.uid}: node: {err.reason}: {cause}; extender: {got}")
+    assert disagreements == [], f"{len(disagreements)} of {steps}: {disagreements[:5]}"
+    # the sequence exercises both answers and several of the kubelet's reasons
+    assert outcomes["admitted"] > STEPS // 5, outcomes
+    assert sum(v for k, v in outcomes.items() if k.endswith("Error")) > STEPS // 10, outcomes
+    assert {"TopologyAffinityError", "SMTAlignmentError"} <= set(outcomes), outcomes
+    assert outcomes["unresolvable"] > 0, outcomes
+
+
+def _lagging_run(rng: random.Random, steps: int, use_cache: bool) -> tuple[int, int]:
+    """Three nodes whose objects are published every few steps (one write window of lag);
+    a pod goes to a random node the extender passes. Returns (pods placed, pods placed that
+    the node refused)."""
+    nodes = [random_node(rng, f"node-{i}") for i in range(3)]
+    objects = {n.name: n.published() for n in nodes}
+    cache = AssumeCache(ttl=1e9)
+    placed = refused = 0
+    for step in range(steps):
+        now = float(step)
+        node = rng.choice(nodes)
+        if rng.random() < 0.25:
+            _churn(rng, node)
+        else:
+            _obj, spec = random_pod(rng, step, node.topology)
+            passing = []
+            for candidate in nodes:
+                published = read_published(objects[candidate.name])
+                assumed = cache.pending(published, now) if use_cache else ()
+                if NodeModel(published).decide(spec, assumed).admit:
+                    passing.append(candidate)
+            if passing:
+                chosen = rng.choice(passing)
+                cache.assume(chosen.name, spec, now)
+                placed += 1
+                refused += chosen.admit(spec) is not None
+        if rng.random() < 0.3:  # the write window closes on one node: its object catches up
+            writer = rng.choice(nodes)
+            objects[writer.name] = writer.published()
+    return placed, refused
+
+
+def test_with_a_write_window_of_lag_the_assume_cache_passes_nothing_the_node_refuses() -> None:
+    rng = random.Random(7)
+    placed = refused = 0
+    for _ in range(max(1, STEPS // 1000)):
+        p, r = _lagging_run(rng, 400, use_cache=True)
+        placed += p
+        refused += r
+    assert placed > 100
+    assert refused == 0
+
+
+def test_without_the_assume_cache_the_lag_sends_pods_the_node_refuses() -> None:
+    rng = random.Random(7)
+    refused = sum(_lagging_run(rng, 400, use_cache=False)[1] for _ in range(3))
+    assert refused > 0
