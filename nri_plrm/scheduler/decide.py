@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.memory_state import MemoryTable, NodeState
-from nri_plrm.engine.spec import AdmissionError, PodSpec
+from nri_plrm.engine.spec import CPU, MEMORY, AdmissionError, PodSpec
 from nri_plrm.scheduler.published import PublishedNode
 
 _HELD = ""
@@ -35,6 +36,9 @@ class Verdict:
     cause: str = ""
     unresolvable: bool = False
     """Refused even with nothing allocated on the node."""
+    free_after: float | None = None
+    """With ``score``: the share of CPUs and memory left free, after the pod, on the NUMA
+    nodes its exclusive resources use (all of the node's when it has none), 0..1."""
 
     def text(self) -> str:
         """``<reason>: <message>; cause: <cause>`` (empty for an admission)."""
@@ -87,10 +91,12 @@ class NodeModel:
         engine.cpu_manager.start_from_state(self._default, self._held, validate=False)
         engine.memory_manager.machine_state = _copy_machine(self.node.machine_state)
 
-    def decide(self, pod: PodSpec, assumed: Sequence[PodSpec] = ()) -> Verdict:
+    def decide(
+        self, pod: PodSpec, assumed: Sequence[PodSpec] = (), *, score: bool = False
+    ) -> Verdict:
         """The node's verdict for ``pod`` once ``assumed`` (pods placed here that the object
         does not show yet, in the order they were placed) are admitted; the state is left as
-        published."""
+        published. ``score`` fills :attr:`Verdict.free_after` of an admission."""
         engine = self._engine
         try:
             for other in assumed:
@@ -105,6 +111,8 @@ class NodeModel:
             except AdmissionError as err:
                 cause = explain_rejection(engine, pod, err)
                 return Verdict(False, err.reason, err.message, cause, unresolvable=self._never(pod))
+            if score:
+                return Verdict(True, free_after=_free_after(engine, pod))
             return ADMIT
         finally:
             self._reset()
@@ -120,22 +128,25 @@ class NodeModel:
         self._empty.remove_pod(pod.uid)
         return False
 
-    def free_fraction(self) -> dict[int, float]:
-        """Per NUMA node, the share of its allocatable CPUs and memory still free (the mean of
-        the two; nodes without allocatable CPUs count memory only), for scoring."""
-        node = self.node
-        allocatable = node.topology.all_cpus - self._engine.cpu_manager.reserved_cpus
-        out: dict[int, float] = {}
-        for numa in node.topology.numa_ids:
-            cpus = node.topology.numa_nodes[numa].cpus
-            parts: list[float] = []
-            total = len(cpus & allocatable)
-            if total:
-                parts.append(len(cpus & node.free_cpus) / total)
-            state = node.machine_state.get(numa)
-            if state is not None:
-                table = state.memory_map.get("memory")
-                if table is not None and table.allocatable > 0:
-                    parts.append(table.free / table.allocatable)
-            out[numa] = sum(parts) / len(parts) if parts else 0.0
-        return out
+
+def _free_after(engine: Engine, pod: PodSpec) -> float:
+    """:attr:`Verdict.free_after` of an admitted ``pod``."""
+    topology = engine.topology
+    touched: set[int] = set()
+    cpus = engine.pod_cpus(pod.uid)
+    if cpus is not None:
+        touched.update(topology.cpu_info[c].numa for c in cpus)
+    for container in pod.all_containers():
+        assignment = engine.assignment(pod.uid, container.name)
+        if assignment is not None and assignment.exclusive:
+            touched.update(topology.cpu_info[c].numa for c in assignment.cpus)
+            touched.update(assignment.mems)
+    shares: list[float] = []
+    for numa in free_per_numa(engine):
+        if touched and numa.node not in touched:
+            continue
+        for name in (CPU, MEMORY):
+            r = numa.resource(name)
+            if r is not None and r.allocatable > 0:
+                shares.append(r.available / r.allocatable)
+    return sum(shares) / len(shares) if shares else 0.0

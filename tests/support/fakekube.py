@@ -6,9 +6,9 @@ It speaks what the pod cache, the event recorder and the refused-pod patcher use
 (``watch=true``: a chunked stream of ``{"type": ..., "object": ...}`` lines from the requested
 ``resourceVersion``, ``timeoutSeconds`` honoured), ``410 Gone`` for a compacted
 ``resourceVersion`` (as an HTTP status or as a watch ``ERROR`` event), dropped connections,
-``POST /api/v1/namespaces/<ns>/events``, ``GET`` of one pod and a merge ``PATCH`` of its
-``status``, ``GET /api/v1/nodes/<name>`` and the cluster-scoped
-NodeResourceTopology custom resource (``GET``/``POST``/``PUT`` under
+``POST /api/v1/namespaces/<ns>/events``, ``GET`` of one pod, a merge ``PATCH`` of its
+``status`` and its ``binding``, ``GET /api/v1/nodes/<name>`` and the cluster-scoped
+NodeResourceTopology custom resource (list, ``GET``/``POST``/``PUT`` under
 ``/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies``, with ``resourceVersion``
 conflicts as the API server answers them). Lists honour ``limit`` and ``continue`` as the API
 server does. Every request is recorded.
@@ -273,6 +273,16 @@ class FakeKube:
         self.nodes[name] = node
         return node
 
+    def store_nrt(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a NodeResourceTopology object as another writer would (not in
+        ``nrt_writes``), with a new ``resourceVersion``."""
+        self.rv += 1
+        stored = copy.deepcopy(dict(obj))
+        meta = stored.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self.rv)
+        self.nrts[meta["name"]] = stored
+        return stored
+
     def nrt_requests(self) -> list[Request]:
         """The NodeResourceTopology requests received, in order."""
         return [r for r in self.requests if r.path.startswith(NRT_PATH)]
@@ -309,7 +319,16 @@ class FakeKube:
             await self._json(writer, code, _status(code, "Injected", f"injected {code}"))
             return
         body = request.body if isinstance(request.body, dict) else {}
-        if request.method == "GET" and rest:
+        if request.method == "GET" and not rest:
+            items = [self.nrts[name] for name in sorted(self.nrts)]
+            listing = {
+                "apiVersion": "topology.node.k8s.io/v1alpha2",
+                "kind": "NodeResourceTopologyList",
+                "metadata": {"resourceVersion": str(self.rv)},
+                "items": items,
+            }
+            await self._json(writer, 200, listing)
+        elif request.method == "GET" and rest:
             if rest in self.nrts:
                 await self._json(writer, 200, self.nrts[rest])
             else:
@@ -412,6 +431,8 @@ class FakeKube:
             await self._json(writer, 404, _status(404, "NotFound", f'pods "{name}" not found'))
         elif request.method == "GET" and not sub:
             await self._json(writer, 200, pod)
+        elif request.method == "POST" and sub == ["binding"]:
+            await self._bind(pod, request, writer)
         elif request.method == "PATCH" and sub == ["status"]:
             patch = request.body if isinstance(request.body, dict) else {}
             uid = (patch.get("metadata") or {}).get("uid")
@@ -424,6 +445,29 @@ class FakeKube:
             await self._json(writer, 200, self.modify(changed))
         else:
             await self._json(writer, 405, _status(405, "MethodNotAllowed", request.method))
+
+    async def _bind(
+        self, pod: dict[str, Any], request: Request, writer: asyncio.StreamWriter
+    ) -> None:
+        """``POST pods/<name>/binding``: sets ``spec.nodeName`` once (409 when already bound,
+        as the API server answers), a uid in the binding's metadata must match."""
+        body = request.body if isinstance(request.body, dict) else {}
+        uid = (body.get("metadata") or {}).get("uid")
+        target = body.get("target") or {}
+        if uid and uid != pod["metadata"].get("uid"):
+            msg = f"Precondition failed: UID in precondition: {uid}"
+            await self._json(writer, 409, _status(409, "Conflict", msg))
+        elif (pod.get("spec") or {}).get("nodeName"):
+            msg = f"pod {pod['metadata']['name']} is already assigned to node"
+            await self._json(writer, 409, _status(409, "Conflict", msg))
+        elif target.get("kind") != "Node" or not target.get("name"):
+            await self._json(writer, 400, _status(400, "BadRequest", "target must be a Node"))
+        else:
+            changed = copy.deepcopy(pod)
+            changed.setdefault("spec", {})["nodeName"] = target["name"]
+            self.modify(changed)
+            status = {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+            await self._json(writer, 201, status)
 
     async def _list(self, request: Request, writer: asyncio.StreamWriter) -> None:
         selector = _selector(request.query.get("fieldSelector", ""))

@@ -1,0 +1,272 @@
+"""``nri-plrm scheduler-extender`` over HTTP against the fake API server: requests decoded as
+kube-scheduler sends them (the Go field names of ``k8s.io/kube-scheduler/extender/v1``, which
+has no JSON tags), answers checked field by field against those types, filter verdicts with the
+kubelet's reason and cause, unresolvable pods, scoring, bind and the assume cache, metrics and
+health."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from extender_diff import LedgerNode, spec_of
+from fakekube import FakeKube, api_pod, kubeconfig_text
+
+from nri_plrm.podsource.client import load_kube_config, new_client, new_pod_api
+from nri_plrm.scheduler.extender import Extender
+from nri_plrm.scheduler.server import ExtenderServer
+from nri_plrm.scheduler.settings import ExtenderSettings
+from nri_plrm.topology.synthetic import synthetic_topology
+
+# The upstream Go types (staging/src/k8s.io/kube-scheduler/extender/v1/types.go): field names
+# and their JSON kinds; no JSON tags, so these names are the wire names.
+EXTENDER_FILTER_RESULT = {
+    "Nodes": (dict, type(None)),
+    "NodeNames": (list, type(None)),
+    "FailedNodes": (dict,),
+    "FailedAndUnresolvableNodes": (dict,),
+    "Error": (str,),
+}
+HOST_PRIORITY = {"Host": (str,), "Score": (int,)}
+EXTENDER_BINDING_RESULT = {"Error": (str,)}
+
+MACHINE = "sockets=1,numa_per_socket=2,cores_per_numa=2,threads_per_core=2,memory_per_numa=8Gi"
+CONFIG = """
+[topology_manager]
+policy = "single-numa-node"
+scope = "pod"
+[cpu_manager]
+reserved_cpus = "0"
+options = { "full-pcpus-only" = true }
+[memory_manager]
+reserved_memory = [ { numa_node = 0, memory = "512Mi" } ]
+"""
+
+
+def pod(name: str, cpu: str, memory: str = "256Mi") -> dict[str, Any]:
+    obj = api_pod(name, "", cpu=cpu, memory=memory)
+    del obj["spec"]["nodeName"]
+    return obj
+
+
+def node(name: str, busy: int = 0) -> LedgerNode:
+    """A 2-NUMA node (4 CPUs each, SMT2, CPU 0 reserved) with ``busy`` 2-CPU pods admitted."""
+    ledger = LedgerNode(name, synthetic_topology(MACHINE), CONFIG)
+    for i in range(busy):
+        assert ledger.admit(spec_of(pod(f"{name}-busy-{i}", "2"))) is None
+    return ledger
+
+
+def check_fields(doc: dict[str, Any], types: dict[str, tuple[type, ...]]) -> None:
+    assert set(doc) == set(types), doc
+    for key, kinds in types.items():
+        assert isinstance(doc[key], kinds), (key, doc[key])
+
+
+class Client:
+    """A keep-alive HTTP/1.1 client, as the scheduler's Go client talks."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        assert self.reader is not None
+        data = b"" if body is None else json.dumps(body).encode()
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: extender\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nAccept-Encoding: gzip\r\n\r\n"
+        )
+        self.writer.write(head.encode() + data)
+        await self.writer.drain()
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode().split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        length = next(
+            int(v) for k, _, v in (ln.partition(": ") for ln in lines) if k == "Content-Length"
+        )
+        return status, await self.reader.readexactly(length)
+
+    async def post(self, verb: str, body: Any) -> Any:
+        status, data = await self.request("POST", f"/scheduler/{verb}", body)
+        assert status == 200, data
+        return json.loads(data)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+@pytest.fixture
+def kube_env(tmp_path: Path) -> Iterator[tuple[FakeKube, Path]]:
+    fk = FakeKube()
+    path = tmp_path / "kubeconfig"
+    yield fk, path
+
+
+async def _start(fk: FakeKube, path: Path, **settings: Any) -> tuple[ExtenderServer, Client]:
+    await fk.start()
+    path.write_text(kubeconfig_text(fk.url))
+    config = ExtenderSettings(address="127.0.0.1:0", resync=0.05, **settings)
+    kube = load_kube_config(str(path))
+    extender = Extender(config, asyncio.get_running_loop().time)
+    server = ExtenderServer(config, new_client(kube), extender, new_pod_api(kube).http)
+    await server.start()
+    for _ in range(200):
+        if server.health()[0]:
+            break
+        await asyncio.sleep(0.01)
+    return server, Client(server.port)
+
+
+def scheduler_args(obj: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """ExtenderArgs as encoding/json marshals it with nodeCacheCapable: true."""
+    return {"Pod": obj, "Nodes": None, "NodeNames": names}
+
+
+def test_filter_prioritize_bind_and_the_assume_cache(kube_env: tuple[FakeKube, Path]) -> None:
+    fk, path = kube_env
+
+    async def scenario() -> None:
+        free, full = node("free"), node("full", busy=3)
+        for ledger in (free, full):
+            fk.store_nrt(ledger.published())
+        server, client = await _start(fk, path)
+        try:
+            # fits only on "free": one NUMA node with 2 whole free cores
+            result = await client.post(
+                "filter", scheduler_args(pod("web", "4"), ["free", "full", "gone"])
+            )
+            check_fields(result, EXTENDER_FILTER_RESULT)
+            assert result["NodeNames"] == ["free", "gone"]  # no object: passed (unknown_nodes)
+            assert result["Nodes"] is None and result["Error"] == ""
+            assert set(result["FailedNodes"]) == {"full"}
+            assert result["FailedNodes"]["full"].startswith(
+                "TopologyAffinityError: Resources cannot be allocated with Topology locality; "
+                "cause: "
+            )
+            # an odd CPU count under full-pcpus-only: no node of this type can ever admit it
+            odd = await client.post("filter", scheduler_args(pod("odd", "3"), ["free", "full"]))
+            assert odd["NodeNames"] == [] and odd["FailedNodes"] == {}
+            assert set(odd["FailedAndUnresolvableNodes"]) == {"free", "full"}
+            assert odd["FailedAndUnresolvableNodes"]["free"].startswith("SMTAlignmentError: ")
+            assert "cause: full-pcpus-only" in odd["FailedAndUnresolvableNodes"]["free"]
+
+            scores = await client.post(
+                "prioritize", scheduler_args(pod("small", "2"), ["free", "full"])
+            )
+            for entry in scores:
+                check_fields(entry, HOST_PRIORITY)
+            by_host = {e["Host"]: e["Score"] for e in scores}
+            assert 0 <= by_host["full"] < by_host["free"] <= 10
+
+            # bind "web" (4 CPUs) to "free": the node's object does not show it yet, so a
+            # second 4-CPU pod must not pass there (the other NUMA node has 3 allocatable CPUs)
+            fk.add(pod("web", "4"))
+            bound = await client.post(
+                "bind",
+                {"PodName": "web", "PodNamespace": "default", "PodUID": "uid-web", "Node": "free"},
+            )
+            check_fields(bound, EXTENDER_BINDING_RESULT)
+            assert bound == {"Error": ""}
+            assert fk.pods[("default", "web")]["spec"]["nodeName"] == "free"
+            second = await client.post("filter", scheduler_args(pod("web2", "4"), ["free"]))
+            assert set(second["FailedNodes"]) == {"free"}
+            # the node admits it and publishes: the assumed pod is now in the numbers
+            assert free.admit(spec_of(pod("web", "4"))) is None
+            fk.store_nrt(free.published())
+            assert len(server.extender.assumed) == 1
+            await asyncio.sleep(0.2)  # listed again
+            await client.post("filter", scheduler_args(pod("web3", "2"), ["free"]))
+            assert len(server.extender.assumed) == 0
+            status, body = await client.request("GET", "/metrics")
+            text = body.decode()
+            assert status == 200
+            assert 'nri_plrm_extender_requests_total{result="ok",verb="filter"} 4.0' in text
+            assert 'nri_plrm_extender_verdicts_total{verdict="unresolvable"} 2.0' in text
+            assert "nri_plrm_extender_request_seconds_bucket" in text
+            assert (await client.request("GET", "/healthz"))[0] == 200
+        finally:
+            client.close()
+            await server.stop()
+            await fk.stop()
+
+    asyncio.run(scenario())
+
+
+def _extender(**settings: Any) -> Extender:
+    extender = Extender(ExtenderSettings(**settings), lambda: 0.0)
+    for ledger in (node("free"), node("half", busy=1), node("full", busy=3)):
+        obj = ledger.published()
+        obj["metadata"]["resourceVersion"] = "1"
+        extender.update_node(obj)
+    return extender
+
+
+def test_a_node_list_request_is_answered_with_the_passing_node_objects() -> None:
+    """nodeCacheCapable: false: the scheduler sends the NodeList and reads ``Nodes`` back."""
+    nodes = {
+        "apiVersion": "v1",
+        "kind": "NodeList",
+        "metadata": {},
+        "items": [{"metadata": {"name": n}, "status": {}} for n in ("free", "full")],
+    }
+    result = _extender().filter({"Pod": pod("web", "4"), "Nodes": nodes, "NodeNames": None})
+    check_fields(result, EXTENDER_FILTER_RESULT)
+    assert result["NodeNames"] is None
+    assert [i["metadata"]["name"] for i in result["Nodes"]["items"]] == ["free"]
+    assert set(result["FailedNodes"]) == {"full"}
+
+
+def test_keys_are_matched_as_gos_decoder_matches_them() -> None:
+    result = _extender().filter({"pod": pod("web", "4"), "nodenames": ["free", "full"]})
+    assert result["NodeNames"] == ["free"] and set(result["FailedNodes"]) == {"full"}
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({"NodeNames": ["free"]}, "ExtenderArgs.Pod: None: must be a Pod object"),
+        (
+            {"Pod": {"metadata": {"name": "x"}, "spec": {}}, "NodeNames": ["free"]},
+            "metadata.uid: missing",
+        ),
+        ({"Pod": pod("web", "1"), "NodeNames": "free"}, "NodeNames: must be a list of names"),
+    ],
+)
+def test_a_request_it_cannot_read_is_answered_with_the_error(
+    args: dict[str, Any], expected: str
+) -> None:
+    result = _extender().filter(args)
+    check_fields(result, EXTENDER_FILTER_RESULT)
+    assert expected in result["Error"]
+
+
+def test_nodes_without_an_object_pass_or_fail_as_configured() -> None:
+    assert _extender().filter({"Pod": pod("w", "2"), "NodeNames": ["gone"]})["NodeNames"] == [
+        "gone"
+    ]
+    failed = _extender(unknown_nodes="fail").filter({"Pod": pod("w", "2"), "NodeNames": ["gone"]})
+    assert failed["FailedNodes"] == {
+        "gone": "NodeResourceTopologyUnknown: no NodeResourceTopology object for gone; "
+        "cause: nri-plrm does not publish this node"
+    }
+
+
+def test_most_allocated_scores_the_numa_zone_left_fullest_highest() -> None:
+    """Per NUMA zone: on "free" the pod takes NUMA node 0's last whole core (1 of 3 CPUs
+    left there), on "half" NUMA node 1 (2 of 4 left): least-allocated prefers "half",
+    most-allocated "free"; a node it does not fit scores 0."""
+    args = {"Pod": pod("small", "2"), "NodeNames": ["free", "half", "full"]}
+    least = {e["Host"]: e["Score"] for e in _extender().prioritize(args)}
+    most = {e["Host"]: e["Score"] for e in _extender(scoring="most-allocated").prioritize(args)}
+    assert least["half"] > least["free"] and least["full"] == 0
+    assert most["free"] > most["half"] and most["full"] == 0
+    assert all(least[h] + most[h] == 10 for h in ("free", "half"))
