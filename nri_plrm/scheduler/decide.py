@@ -65,13 +65,43 @@ def _copy_machine(source: Mapping[int, NodeState]) -> dict[int, NodeState]:
     }
 
 
-class NodeModel:
-    """A node's engine over its published state; decides pods without changing that state."""
+class EmptyNode:
+    """A node type with nothing allocated: which pods it refuses anyway (unresolvable), kept
+    per pod shape (a pod without its identity, e.g. ``repr`` of it with the uid cleared)."""
+
+    MAX_SHAPES = 4096
 
     def __init__(self, node: PublishedNode) -> None:
+        self._engine = Engine(node.topology, node.config)
+        self._refused: dict[str, bool] = {}
+
+    def refuses(self, pod: PodSpec, shape: str | None = None) -> bool:
+        """True when the node with nothing allocated refuses ``pod``."""
+        if shape is not None and shape in self._refused:
+            return self._refused[shape]
+        try:
+            self._engine.admit_pod(pod)
+            refused = False
+        except AdmissionError:
+            refused = True
+        else:
+            self._engine.remove_pod(pod.uid)
+        if shape is not None:
+            if len(self._refused) >= self.MAX_SHAPES:
+                self._refused.clear()
+            self._refused[shape] = refused
+        return refused
+
+
+class NodeModel:
+    """A node's engine over its published state; decides pods without changing that state.
+    ``empty`` (shared by the nodes of one type, :attr:`PublishedNode.type_key`) answers
+    whether a refusal is unresolvable."""
+
+    def __init__(self, node: PublishedNode, empty: EmptyNode | None = None) -> None:
         self.node = node
         self._engine = Engine(node.topology, node.config)
-        self._empty: Engine | None = None
+        self.empty = empty or EmptyNode(node)
         cpu = self._engine.cpu_manager
         reserved = cpu.reserved_cpus
         everything = node.topology.all_cpus
@@ -92,11 +122,17 @@ class NodeModel:
         engine.memory_manager.machine_state = _copy_machine(self.node.machine_state)
 
     def decide(
-        self, pod: PodSpec, assumed: Sequence[PodSpec] = (), *, score: bool = False
+        self,
+        pod: PodSpec,
+        assumed: Sequence[PodSpec] = (),
+        *,
+        score: bool = False,
+        shape: str | None = None,
     ) -> Verdict:
         """The node's verdict for ``pod`` once ``assumed`` (pods placed here that the object
         does not show yet, in the order they were placed) are admitted; the state is left as
-        published. ``score`` fills :attr:`Verdict.free_after` of an admission."""
+        published. ``score`` fills :attr:`Verdict.free_after` of an admission; ``shape`` (the
+        pod without its identity) lets the unresolvable answer be reused."""
         engine = self._engine
         try:
             for other in assumed:
@@ -110,23 +146,13 @@ class NodeModel:
                 engine.admit_pod(pod)
             except AdmissionError as err:
                 cause = explain_rejection(engine, pod, err)
-                return Verdict(False, err.reason, err.message, cause, unresolvable=self._never(pod))
+                never = self.empty.refuses(pod, shape)
+                return Verdict(False, err.reason, err.message, cause, unresolvable=never)
             if score:
                 return Verdict(True, free_after=_free_after(engine, pod))
             return ADMIT
         finally:
             self._reset()
-
-    def _never(self, pod: PodSpec) -> bool:
-        """True when the node with nothing allocated refuses ``pod`` too."""
-        if self._empty is None:
-            self._empty = Engine(self.node.topology, self.node.config)
-        try:
-            self._empty.admit_pod(pod)
-        except AdmissionError:
-            return True
-        self._empty.remove_pod(pod.uid)
-        return False
 
 
 def _free_after(engine: Engine, pod: PodSpec) -> float:

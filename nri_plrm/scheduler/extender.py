@@ -27,7 +27,7 @@ from typing import Any
 from nri_plrm.engine.spec import PodSpec
 from nri_plrm.podsource.convert import PodObjectError, pod_spec_from_api
 from nri_plrm.scheduler.assume import AssumeCache
-from nri_plrm.scheduler.decide import NodeModel, Verdict
+from nri_plrm.scheduler.decide import EmptyNode, NodeModel, Verdict
 from nri_plrm.scheduler.published import PublishedNode, PublishedStateError, read_published
 from nri_plrm.scheduler.settings import MOST_ALLOCATED, UNKNOWN_PASS, ExtenderSettings
 
@@ -79,6 +79,7 @@ class Extender:
         self.assumed = AssumeCache(settings.assume_ttl)
         self._nodes: dict[str, _Node] = {}
         self._models: dict[str, NodeModel] = {}
+        self._types: dict[str, EmptyNode] = {}
         self._verdicts: dict[tuple[str, str, bool], Verdict] = {}
         self._pods: dict[str, PodSpec] = {}
 
@@ -116,7 +117,11 @@ class Extender:
             if len(self._models) >= MAX_MODELS:
                 self._models.clear()
                 self._verdicts.clear()
-            model = NodeModel(published)
+                self._types.clear()
+            empty = self._types.get(published.type_key)
+            if empty is None:
+                empty = self._types[published.type_key] = EmptyNode(published)
+            model = NodeModel(published, empty)
             self._models[published.state_key] = model
         return model
 
@@ -131,11 +136,11 @@ class Extender:
         published = node.published
         pending = self.assumed.pending(published, self.clock())
         if pending:
-            return self._model(published).decide(pod, pending, score=score)
+            return self._model(published).decide(pod, pending, score=score, shape=shape)
         key = (published.state_key, shape, score)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            verdict = self._model(published).decide(pod, score=score)
+            verdict = self._model(published).decide(pod, score=score, shape=shape)
             if len(self._verdicts) >= MAX_VERDICTS:
                 self._verdicts.clear()
             self._verdicts[key] = verdict

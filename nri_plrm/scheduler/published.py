@@ -81,6 +81,9 @@ ATTR_FINGERPRINT = "nodeTopologyPodsFingerprint"
 ZONE_PREFIX = "node-"
 
 
+_NO = NodeState({}, [])
+
+
 class PublishedStateError(ValueError):
     """An object whose exact state cannot be used: which attribute, the value and the rule."""
 
@@ -189,6 +192,8 @@ class PublishedNode:
     fingerprint: str
     state_key: str
     """Every decision-relevant attribute in one string: equal keys decide alike."""
+    type_key: str
+    """The machine and configuration without the allocations: equal keys are one node type."""
 
     def shows(self, namespace: str, name: str) -> bool:
         """True when the numbers account for this pod."""
@@ -292,6 +297,7 @@ def read_published(obj: Mapping[str, Any]) -> PublishedNode:
     machine: dict[int, NodeState] = {}
     free = CPUSet()
     zone_keys: list[str] = []
+    type_keys: list[str] = []
     zones = obj.get("zones") or []
     if not isinstance(zones, list):
         raise PublishedStateError(f"{where}.zones: must be a list")
@@ -316,6 +322,10 @@ def read_published(obj: Mapping[str, Any]) -> PublishedNode:
             machine[node] = NodeState(tables, list(cells), count)
             memory[node] = {t: table.total for t, table in tables.items()}
         zone_keys.append(f"{node}:{sorted(attrs.items())}:{sorted(row.items())}")
+        capacity = sorted(
+            (t, v.total, v.system_reserved) for t, v in machine.get(node, _NO).memory_map.items()
+        )
+        type_keys.append(f"{node}:{capacity}:{sorted(row.items())}")
     try:
         topology = Topology.build(cpus, memory, distances)
     except TopologyError as exc:
@@ -328,8 +338,12 @@ def read_published(obj: Mapping[str, Any]) -> PublishedNode:
             f"{where}.attributes.{ATTR_PODS}: the pods listed do not give {ATTR_FINGERPRINT} {fp!r}"
         )
     skipped = (ATTR_PODS, ATTR_FINGERPRINT)
-    key = repr((sorted((k, v) for k, v in top.items() if k not in skipped), zone_keys))
-    return PublishedNode(name, topology, config, free, machine, frozenset(hashes), fp, key)
+    settings = sorted((k, v) for k, v in top.items() if k not in skipped)
+    key = repr((settings, zone_keys))
+    type_key = repr((settings, type_keys))
+    return PublishedNode(
+        name, topology, config, free, machine, frozenset(hashes), fp, key, type_key
+    )
 
 
 def _engine_config(
