@@ -1,5 +1,5 @@
 """``nri-plrm scheduler-extender``'s configuration: the ``[scheduler_extender]`` table of a TOML
-file (its own file, or the plugin's: other tables are ignored). Every key is optional; a bad
+file of its own (other tables are ignored; the plugin refuses this one). Every key is optional; a bad
 value refuses to start with its key path (``scheduler_extender.scoring: 'fewest': must be one
 of least-allocated, most-allocated``). docs/scheduler-extender.md lists the keys.
 """
