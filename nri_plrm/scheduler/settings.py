@@ -1,7 +1,7 @@
 """``nri-plrm scheduler-extender``'s configuration: the ``[scheduler_extender]`` table of a TOML
-file of its own (other tables are ignored; the plugin refuses this one). Every key is optional; a bad
-value refuses to start with its key path (``scheduler_extender.scoring: 'fewest': must be one
-of least-allocated, most-allocated``). docs/scheduler-extender.md lists the keys.
+file of its own (other tables are ignored; the plugin refuses this one). Every key is optional;
+a bad value refuses to start with its key path (``scheduler_extender.scoring: 'fewest': must be
+one of least-allocated, most-allocated``). docs/scheduler-extender.md lists the keys.
 """
 
 from __future__ import annotations

@@ -24,6 +24,11 @@ STEPS = int(os.environ.get("NRI_PLRM_DIFF_STEPS", "5000"))
 STEPS_PER_NODE = 60
 
 
+def empty_twin(node: LedgerNode) -> LedgerNode:
+    """The same machine and configuration with nothing allocated."""
+    return LedgerNode("twin", node.topology, node.config_text)
+
+
 def _churn(rng: random.Random, node: LedgerNode) -> bool:
     """Sometimes a pod leaves the node; True when one did."""
     uids = node.uids()
@@ -57,6 +62,8 @@ def test_the_extender_decides_exactly_like_the_node() -> None:
         err, cause = refused
         outcomes[err.reason] += 1
         outcomes["unresolvable"] += verdict.unresolvable
+        if verdict.unresolvable != (empty_twin(node).admit(spec) is not None):
+            disagreements.append(f"{spec.uid}: unresolvable {verdict.unresolvable} is wrong")
         got = (verdict.admit, verdict.reason, verdict.message, verdict.cause)
         if got != (False, err.reason, err.message, cause):
             disagreements.append(f"{spec.uid}: node: {err.reason}: {cause}; extender: {got}")

@@ -199,6 +199,7 @@ class LedgerNode:
 
     def __init__(self, name: str, topology: Topology, config_text: str) -> None:
         config = parse_config(config_text)
+        self.config_text = config_text
         self.name = name
         self.topology = topology
         self.tm = config.topology_manager
