@@ -13,11 +13,10 @@ import time
 from typing import TextIO
 
 import httpx2
-from lightkube import AsyncClient
 
 from nri_plrm.cli.inputs import EXIT_OK, CommandError, UsageError
 from nri_plrm.config import ConfigError
-from nri_plrm.podsource.client import KubeConfigError, load_kube_config, new_client, new_pod_api
+from nri_plrm.podsource.client import KubeConfigError, load_kube_config, new_pod_api
 from nri_plrm.scheduler.extender import Extender
 from nri_plrm.scheduler.server import ExtenderServer
 from nri_plrm.scheduler.settings import ExtenderSettings, load_settings, parse_settings
@@ -92,16 +91,14 @@ def cmd_scheduler_extender(args: argparse.Namespace, out: TextIO) -> int:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        config = load_kube_config(settings.kubeconfig)
-        client = new_client(config)
-        http = new_pod_api(config).http
+        http = new_pod_api(load_kube_config(settings.kubeconfig)).http
     except KubeConfigError as exc:
         raise CommandError(str(exc)) from exc
-    return asyncio.run(_serve(settings, client, http))
+    return asyncio.run(_serve(settings, http))
 
 
-async def _serve(settings: ExtenderSettings, client: AsyncClient, http: httpx2.AsyncClient) -> int:
-    server = ExtenderServer(settings, client, Extender(settings, time.monotonic), http)
+async def _serve(settings: ExtenderSettings, http: httpx2.AsyncClient) -> int:
+    server = ExtenderServer(settings, http, Extender(settings, time.monotonic))
     try:
         await server.start()
     except OSError as exc:

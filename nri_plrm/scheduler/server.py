@@ -21,7 +21,6 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx2
-from lightkube import AsyncClient
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -33,7 +32,8 @@ from prometheus_client import (
 
 from nri_plrm.metrics_server import parse_address
 from nri_plrm.podsource.kube import describe_failure
-from nri_plrm.podsource.nrt import NodeResourceTopology
+from nri_plrm.podsource.nrt import GROUP, PLURAL, VERSION
+from nri_plrm.podsource.podapi import ApiStatusError
 from nri_plrm.scheduler.extender import Extender, ExtenderRequestError
 from nri_plrm.scheduler.settings import ExtenderSettings
 
@@ -43,6 +43,11 @@ MAX_HEAD = 16 << 10
 """Largest request head."""
 IDLE_TIMEOUT = 120.0
 """Seconds a kept-alive connection may stay silent."""
+NRT_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+PAGE = 100
+"""Objects per list page: one page is decoded between two turns of the event loop."""
+MAX_PAGES = 1000
+"""Pages one list may take (100,000 nodes); an endless ``continue`` is refused past it."""
 STALE_AFTER = 10
 """``/healthz`` fails once the last successful list is older than this many resync periods."""
 
@@ -98,14 +103,13 @@ class ExtenderServer:
     def __init__(
         self,
         settings: ExtenderSettings,
-        client: AsyncClient | None,
+        http: httpx2.AsyncClient | None,
         extender: Extender,
-        http: httpx2.AsyncClient | None = None,
     ) -> None:
         self.settings = settings
-        self.client = client
         self.http = http
-        """The API client ``bind`` posts with (None: ``bind`` answers an error)."""
+        """The API client (base URL and credentials) that lists the objects and binds pods;
+        None: nothing is listed and ``bind`` answers an error (tests)."""
         self.extender = extender
         self.metrics = ExtenderMetrics()
         extender.on_verdict = lambda v: self.metrics.verdicts.labels(v).inc()
@@ -124,7 +128,7 @@ class ExtenderServer:
         """Listen and start listing the nodes' objects."""
         host, port = parse_address(self.settings.address)
         self._server = await asyncio.start_server(self._serve, host or None, port)
-        if self.client is not None:
+        if self.http is not None:
             self._lister = asyncio.get_running_loop().create_task(self._list_forever())
         log.info("scheduler extender listening on %s", self.settings.address)
 
@@ -142,16 +146,31 @@ class ExtenderServer:
     # -- the nodes' objects ---------------------------------------------------------------------
 
     async def list_once(self) -> None:
-        """List every NodeResourceTopology object and update the extender; raises on failure."""
-        assert self.client is not None
-        seen = set()
-        async for item in self.client.list(NodeResourceTopology):
-            obj = dict(item)
-            meta = obj.get("metadata")
-            if meta is not None and not isinstance(meta, Mapping):
-                obj["metadata"] = meta.to_dict()
-            self.extender.update_node(obj)
-            seen.add(str(obj["metadata"].get("name", "")))
+        """List every NodeResourceTopology object (pages of :data:`PAGE`, decoded one page per
+        turn of the event loop) and update the extender; an object whose ``resourceVersion``
+        did not change is not read again. Raises on failure."""
+        assert self.http is not None
+        seen: set[str] = set()
+        cont = ""
+        for _ in range(MAX_PAGES):
+            params = {"limit": str(PAGE)}
+            if cont:
+                params["continue"] = cont
+            response = await self.http.get(NRT_PATH, params=params)
+            if response.status_code != 200:
+                raise ApiStatusError(response.status_code, response.text[:200])
+            page = json.loads(response.content)
+            items = page.get("items") if isinstance(page, Mapping) else None
+            for obj in items if isinstance(items, list) else ():
+                if isinstance(obj, Mapping) and isinstance(obj.get("metadata"), Mapping):
+                    self.extender.update_node(obj)
+                    seen.add(str(obj["metadata"].get("name", "")))
+            meta = page.get("metadata") if isinstance(page, Mapping) else None
+            cont = str(meta.get("continue") or "") if isinstance(meta, Mapping) else ""
+            if not cont:
+                break
+        else:
+            raise RuntimeError(f"listing {NRT_PATH}: more than {MAX_PAGES} pages")
         for name in self.extender.node_names():
             if name not in seen:
                 self.extender.remove_node(name)
@@ -186,7 +205,7 @@ class ExtenderServer:
 
     def health(self) -> tuple[bool, str]:
         """Healthy once the objects were listed, and lately."""
-        if self.client is None:
+        if self.http is None:
             return True, "ok"
         if self._last_list is None:
             return False, "NodeResourceTopology objects not listed yet"

@@ -16,7 +16,7 @@ import pytest
 from extender_diff import LedgerNode, spec_of
 from fakekube import FakeKube, api_pod, kubeconfig_text
 
-from nri_plrm.podsource.client import load_kube_config, new_client, new_pod_api
+from nri_plrm.podsource.client import load_kube_config, new_pod_api
 from nri_plrm.scheduler.extender import Extender
 from nri_plrm.scheduler.server import ExtenderServer
 from nri_plrm.scheduler.settings import ExtenderSettings
@@ -117,7 +117,7 @@ async def _start(fk: FakeKube, path: Path, **settings: Any) -> tuple[ExtenderSer
     config = ExtenderSettings(address="127.0.0.1:0", resync=0.05, **settings)
     kube = load_kube_config(str(path))
     extender = Extender(config, asyncio.get_running_loop().time)
-    server = ExtenderServer(config, new_client(kube), extender, new_pod_api(kube).http)
+    server = ExtenderServer(config, new_pod_api(kube).http, extender)
     await server.start()
     for _ in range(200):
         if server.health()[0]:
@@ -270,3 +270,35 @@ def test_most_allocated_scores_the_numa_zone_left_fullest_highest() -> None:
     assert least["half"] > least["free"] and least["full"] == 0
     assert most["free"] > most["half"] and most["full"] == 0
     assert all(least[h] + most[h] == 10 for h in ("free", "half"))
+
+
+def test_objects_are_listed_in_pages_and_deleted_nodes_are_forgotten(
+    kube_env: tuple[FakeKube, Path],
+) -> None:
+    fk, path = kube_env
+
+    async def scenario() -> None:
+        base = node("n").published()
+        for i in range(250):
+            obj = json.loads(json.dumps(base))
+            obj["metadata"]["name"] = f"n-{i:03d}"
+            fk.store_nrt(obj)
+        server, client = await _start(fk, path)
+        try:
+            assert len(server.extender.node_names()) == 250
+            pages = [r for r in fk.nrt_requests() if r.method == "GET"]
+            assert [r.query.get("limit") for r in pages[:3]] == ["100", "100", "100"]
+            assert [r.query.get("continue") for r in pages[:3]] == [None, "100", "200"]
+            del fk.nrts["n-007"]
+            await asyncio.sleep(0.2)
+            assert len(server.extender.node_names()) == 249
+            result = await client.post("filter", scheduler_args(pod("p", "2"), ["n-007"]))
+            assert result["NodeNames"] == ["n-007"]  # no object any more: passed (unknown_nodes)
+            _status, body = await client.request("GET", "/metrics")
+            assert 'nri_plrm_extender_nodes{state="usable"} 249.0' in body.decode()
+        finally:
+            client.close()
+            await server.stop()
+            await fk.stop()
+
+    asyncio.run(scenario())

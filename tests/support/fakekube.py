@@ -320,12 +320,18 @@ class FakeKube:
             return
         body = request.body if isinstance(request.body, dict) else {}
         if request.method == "GET" and not rest:
-            items = [self.nrts[name] for name in sorted(self.nrts)]
+            names = sorted(self.nrts)
+            offset = int(request.query.get("continue", "0") or 0)
+            limit = int(request.query.get("limit", "0") or 0) or len(names)
+            page = names[offset : offset + limit]
+            meta = {"resourceVersion": str(self.rv)}
+            if offset + limit < len(names):
+                meta["continue"] = str(offset + limit)
             listing = {
                 "apiVersion": "topology.node.k8s.io/v1alpha2",
                 "kind": "NodeResourceTopologyList",
-                "metadata": {"resourceVersion": str(self.rv)},
-                "items": items,
+                "metadata": meta,
+                "items": [self.nrts[name] for name in page],
             }
             await self._json(writer, 200, listing)
         elif request.method == "GET" and rest:
