@@ -18,7 +18,9 @@ from extender_diff import LedgerNode, random_node, random_pod
 
 from nri_plrm.scheduler.assume import AssumeCache
 from nri_plrm.scheduler.decide import NodeModel
+from nri_plrm.scheduler.extender import Extender
 from nri_plrm.scheduler.published import read_published
+from nri_plrm.scheduler.settings import ExtenderSettings
 
 STEPS = int(os.environ.get("NRI_PLRM_DIFF_STEPS", "5000"))
 STEPS_PER_NODE = 60
@@ -39,34 +41,42 @@ def _churn(rng: random.Random, node: LedgerNode) -> bool:
 
 
 def test_the_extender_decides_exactly_like_the_node() -> None:
+    """Through :meth:`Extender.filter` with its caches (models per published state, verdicts
+    per state and pod shape, unresolvable answers per node type), over a stream of nodes."""
     rng = random.Random(20261205)
+    extender = Extender(ExtenderSettings(), lambda: 0.0)
     outcomes: Counter[str] = Counter()
     disagreements: list[str] = []
     steps = index = 0
     node = random_node(rng, "node-0")
     while steps < STEPS:
         if steps % STEPS_PER_NODE == 0:
-            node = random_node(rng, f"node-{steps}")
+            node = random_node(rng, f"node-{steps // STEPS_PER_NODE % 7}")
         steps += 1
         if _churn(rng, node):
             continue
         index += 1
-        _obj, spec = random_pod(rng, index, node.topology)
-        verdict = NodeModel(read_published(node.published())).decide(spec)
+        obj, spec = random_pod(rng, index, node.topology)
+        published = node.published()
+        published["metadata"]["resourceVersion"] = str(steps)
+        extender.update_node(published)
+        result = extender.filter({"Pod": obj, "Nodes": None, "NodeNames": [node.name]})
+        failed = result["FailedNodes"].get(node.name)
+        never = result["FailedAndUnresolvableNodes"].get(node.name)
         refused = node.admit(spec)
         if refused is None:
             outcomes["admitted"] += 1
-            if not verdict.admit:
-                disagreements.append(f"{spec.uid}: node admits, extender: {verdict.text()}")
+            if result["NodeNames"] != [node.name]:
+                disagreements.append(f"{spec.uid}: node admits, extender: {failed or never}")
             continue
         err, cause = refused
         outcomes[err.reason] += 1
-        outcomes["unresolvable"] += verdict.unresolvable
-        if verdict.unresolvable != (empty_twin(node).admit(spec) is not None):
-            disagreements.append(f"{spec.uid}: unresolvable {verdict.unresolvable} is wrong")
-        got = (verdict.admit, verdict.reason, verdict.message, verdict.cause)
-        if got != (False, err.reason, err.message, cause):
-            disagreements.append(f"{spec.uid}: node: {err.reason}: {cause}; extender: {got}")
+        outcomes["unresolvable"] += never is not None
+        if (never is not None) != (empty_twin(node).admit(spec) is not None):
+            disagreements.append(f"{spec.uid}: unresolvable is {never is not None}: wrong")
+        want = f"{err.reason}: {err.message}; cause: {cause}"
+        if result["NodeNames"] or (failed or never) != want:
+            disagreements.append(f"{spec.uid}: node: {want}; extender: {result}")
     assert disagreements == [], f"{len(disagreements)} of {steps}: {disagreements[:5]}"
     # the sequence exercises both answers and several of the kubelet's reasons
     assert outcomes["admitted"] > STEPS // 5, outcomes
