@@ -65,14 +65,17 @@ def _copy_machine(source: Mapping[int, NodeState]) -> dict[int, NodeState]:
     }
 
 
-class EmptyNode:
-    """A node type with nothing allocated: which pods it refuses anyway (unresolvable), kept
-    per pod shape (a pod without its identity, e.g. ``repr`` of it with the uid cleared)."""
+class NodeType:
+    """What the nodes of one type (machine and configuration, :attr:`PublishedNode.type_key`)
+    share: one engine that decides for each of them in turn (loaded with that node's state
+    first), and which pods the type refuses with nothing allocated (unresolvable), kept per pod
+    shape (the pod without its identity, e.g. ``repr`` of it with the uid cleared)."""
 
     MAX_SHAPES = 4096
 
     def __init__(self, node: PublishedNode) -> None:
-        self._engine = Engine(node.topology, node.config)
+        self.engine = Engine(node.topology, node.config)
+        self._empty = Engine(node.topology, node.config)
         self._refused: dict[str, bool] = {}
 
     def refuses(self, pod: PodSpec, shape: str | None = None) -> bool:
@@ -80,12 +83,12 @@ class EmptyNode:
         if shape is not None and shape in self._refused:
             return self._refused[shape]
         try:
-            self._engine.admit_pod(pod)
+            self._empty.admit_pod(pod)
             refused = False
         except AdmissionError:
             refused = True
         else:
-            self._engine.remove_pod(pod.uid)
+            self._empty.remove_pod(pod.uid)
         if shape is not None:
             if len(self._refused) >= self.MAX_SHAPES:
                 self._refused.clear()
@@ -94,15 +97,14 @@ class EmptyNode:
 
 
 class NodeModel:
-    """A node's engine over its published state; decides pods without changing that state.
-    ``empty`` (shared by the nodes of one type, :attr:`PublishedNode.type_key`) answers
-    whether a refusal is unresolvable."""
+    """A node's published state and its decisions, made by its type's engine (``node_type``,
+    shared by the nodes of one :attr:`PublishedNode.type_key`; its own when not given) loaded
+    with that state; the published state is never changed."""
 
-    def __init__(self, node: PublishedNode, empty: EmptyNode | None = None) -> None:
+    def __init__(self, node: PublishedNode, node_type: NodeType | None = None) -> None:
         self.node = node
-        self._engine = Engine(node.topology, node.config)
-        self.empty = empty or EmptyNode(node)
-        cpu = self._engine.cpu_manager
+        self.type = node_type or NodeType(node)
+        cpu = self.type.engine.cpu_manager
         reserved = cpu.reserved_cpus
         everything = node.topology.all_cpus
         if cpu.options.strict_cpu_reservation:
@@ -112,14 +114,15 @@ class NodeModel:
             self._default = node.free_cpus | reserved
             held = everything - self._default
         self._held = {_HELD: {_HELD: held}} if held else {}
-        self._reset()
 
-    def _reset(self) -> None:
-        engine = self._engine
+    def _load(self) -> Engine:
+        """The type's engine with this node's published state and no pod records."""
+        engine = self.type.engine
         for uid in engine.pods():
             engine.remove_pod(uid)
         engine.cpu_manager.start_from_state(self._default, self._held, validate=False)
         engine.memory_manager.machine_state = _copy_machine(self.node.machine_state)
+        return engine
 
     def decide(
         self,
@@ -133,7 +136,7 @@ class NodeModel:
         does not show yet, in the order they were placed) are admitted; the state is left as
         published. ``score`` fills :attr:`Verdict.free_after` of an admission; ``shape`` (the
         pod without its identity) lets the unresolvable answer be reused."""
-        engine = self._engine
+        engine = self._load()
         try:
             for other in assumed:
                 if other.uid == pod.uid:
@@ -146,13 +149,14 @@ class NodeModel:
                 engine.admit_pod(pod)
             except AdmissionError as err:
                 cause = explain_rejection(engine, pod, err)
-                never = self.empty.refuses(pod, shape)
+                never = self.type.refuses(pod, shape)
                 return Verdict(False, err.reason, err.message, cause, unresolvable=never)
             if score:
                 return Verdict(True, free_after=_free_after(engine, pod))
             return ADMIT
         finally:
-            self._reset()
+            for uid in engine.pods():
+                engine.remove_pod(uid)
 
 
 def _free_after(engine: Engine, pod: PodSpec) -> float:

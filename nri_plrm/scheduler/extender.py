@@ -27,7 +27,7 @@ from typing import Any
 from nri_plrm.engine.spec import PodSpec
 from nri_plrm.podsource.convert import PodObjectError, pod_spec_from_api
 from nri_plrm.scheduler.assume import AssumeCache
-from nri_plrm.scheduler.decide import EmptyNode, NodeModel, Verdict
+from nri_plrm.scheduler.decide import NodeModel, NodeType, Verdict
 from nri_plrm.scheduler.published import PublishedNode, PublishedStateError, read_published
 from nri_plrm.scheduler.settings import MOST_ALLOCATED, UNKNOWN_PASS, ExtenderSettings
 
@@ -79,7 +79,7 @@ class Extender:
         self.assumed = AssumeCache(settings.assume_ttl)
         self._nodes: dict[str, _Node] = {}
         self._models: dict[str, NodeModel] = {}
-        self._types: dict[str, EmptyNode] = {}
+        self._types: dict[str, NodeType] = {}
         self._verdicts: dict[tuple[str, str, bool], Verdict] = {}
         self._pods: dict[str, PodSpec] = {}
 
@@ -118,10 +118,10 @@ class Extender:
                 self._models.clear()
                 self._verdicts.clear()
                 self._types.clear()
-            empty = self._types.get(published.type_key)
-            if empty is None:
-                empty = self._types[published.type_key] = EmptyNode(published)
-            model = NodeModel(published, empty)
+            node_type = self._types.get(published.type_key)
+            if node_type is None:
+                node_type = self._types[published.type_key] = NodeType(published)
+            model = NodeModel(published, node_type)
             self._models[published.state_key] = model
         return model
 

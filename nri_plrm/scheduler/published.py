@@ -82,6 +82,10 @@ ZONE_PREFIX = "node-"
 
 
 _NO = NodeState({}, [])
+MAX_TOPOLOGIES = 256
+_TOPOLOGIES: dict[str, Topology] = {}
+"""Machines already built, by their published description: the nodes of one type share one
+(immutable) topology."""
 
 
 class PublishedStateError(ValueError):
@@ -326,10 +330,16 @@ def read_published(obj: Mapping[str, Any]) -> PublishedNode:
             (t, v.total, v.system_reserved) for t, v in machine.get(node, _NO).memory_map.items()
         )
         type_keys.append(f"{node}:{capacity}:{sorted(row.items())}")
-    try:
-        topology = Topology.build(cpus, memory, distances)
-    except TopologyError as exc:
-        raise PublishedStateError(f"{where}.attributes.{ATTR_CPU_TOPOLOGY}: {exc}") from None
+    shape = repr((top.get(ATTR_CPU_TOPOLOGY), sorted(memory.items()), sorted(distances.items())))
+    topology = _TOPOLOGIES.get(shape)
+    if topology is None:
+        try:
+            topology = Topology.build(cpus, memory, distances)
+        except TopologyError as exc:
+            raise PublishedStateError(f"{where}.attributes.{ATTR_CPU_TOPOLOGY}: {exc}") from None
+        if len(_TOPOLOGIES) >= MAX_TOPOLOGIES:
+            _TOPOLOGIES.clear()
+        _TOPOLOGIES[shape] = topology
     config = _engine_config(top, topology, machine, where)
     hashes = _need(top, ATTR_PODS, where).split()
     fp = top.get(ATTR_FINGERPRINT, "")
