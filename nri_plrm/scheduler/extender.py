@@ -20,6 +20,7 @@ preemption can help). Nodes with equal states share one model, and a verdict is 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,8 @@ MAX_VERDICTS = 65536
 MAX_PODS = 4096
 """Pods remembered between filter and bind."""
 UNKNOWN_NODE = "NodeResourceTopologyUnknown"
+
+log = logging.getLogger("nri_plrm.scheduler")
 
 
 class ExtenderRequestError(ValueError):
@@ -148,7 +151,10 @@ class Extender:
 
     # -- verbs ---------------------------------------------------------------------------------
 
-    def _pod(self, args: Mapping[str, Any]) -> tuple[PodSpec, str]:
+    def _pod(self, args: Mapping[str, Any]) -> tuple[PodSpec, str] | None:
+        """The pod and its shape; None for a pod the conversion refuses (the node's pod cache
+        refuses it too and the node decides it from NRI data: every node passes). Raises
+        :class:`ExtenderRequestError` for arguments without a pod object."""
         if not isinstance(args, Mapping):
             raise ExtenderRequestError(f"ExtenderArgs: {type(args).__name__}: must be an object")
         obj = field(args, "Pod")
@@ -157,7 +163,8 @@ class Extender:
         try:
             pod = pod_spec_from_api(obj)
         except PodObjectError as exc:
-            raise ExtenderRequestError(f"ExtenderArgs.Pod: {exc}") from None
+            log.warning("%s; every node passes (the node decides it from NRI data)", exc)
+            return None
         if len(self._pods) >= MAX_PODS:
             del self._pods[next(iter(self._pods))]
         self._pods[pod.uid] = pod
@@ -190,7 +197,7 @@ class Extender:
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """``ExtenderArgs`` -> ``ExtenderFilterResult``."""
         try:
-            pod, shape = self._pod(args)
+            read = self._pod(args)
             names, items = self._candidates(args)
         except ExtenderRequestError as exc:
             return {
@@ -203,8 +210,13 @@ class Extender:
         passing: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
+        if read is None:
+            self.on_verdict("unreadable")
+            passing = list(names)
+            names = []
         for name in names:
-            verdict = self.verdict(name, pod, shape)
+            assert read is not None
+            verdict = self.verdict(name, *read)
             if verdict.admit:
                 passing.append(name)
                 self.on_verdict("admit")
@@ -234,11 +246,13 @@ class Extender:
         memory the pod leaves free on the NUMA nodes it would use (``least-allocated``: more
         left is better; ``most-allocated``: less left is better); 0 where it does not fit.
         Raises :class:`ExtenderRequestError`."""
-        pod, shape = self._pod(args)
+        read = self._pod(args)
         names, _items = self._candidates(args)
+        if read is None:
+            return [{"Host": name, "Score": 0} for name in names]
         out = []
         for name in names:
-            verdict = self.verdict(name, pod, shape, score=True)
+            verdict = self.verdict(name, *read, score=True)
             score = 0
             if verdict.admit and verdict.free_after is not None:
                 free = verdict.free_after

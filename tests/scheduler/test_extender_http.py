@@ -234,10 +234,6 @@ def test_keys_are_matched_as_gos_decoder_matches_them() -> None:
     ("args", "expected"),
     [
         ({"NodeNames": ["free"]}, "ExtenderArgs.Pod: None: must be a Pod object"),
-        (
-            {"Pod": {"metadata": {"name": "x"}, "spec": {}}, "NodeNames": ["free"]},
-            "metadata.uid: missing",
-        ),
         ({"Pod": pod("web", "1"), "NodeNames": "free"}, "NodeNames: must be a list of names"),
     ],
 )
@@ -247,6 +243,18 @@ def test_a_request_it_cannot_read_is_answered_with_the_error(
     result = _extender().filter(args)
     check_fields(result, EXTENDER_FILTER_RESULT)
     assert expected in result["Error"]
+
+
+def test_a_pod_the_conversion_refuses_passes_every_node(caplog: pytest.LogCaptureFixture) -> None:
+    """The node's pod cache refuses such a pod too and decides it from NRI data."""
+    bad = {"metadata": {"name": "x", "namespace": "default"}, "spec": {"containers": []}}
+    extender = _extender()
+    result = extender.filter({"Pod": bad, "NodeNames": ["free", "full"]})
+    check_fields(result, EXTENDER_FILTER_RESULT)
+    assert result["NodeNames"] == ["free", "full"] and result["Error"] == ""
+    assert "pod object default/x: metadata.uid: missing: a pod has a uid; every node" in caplog.text
+    scores = extender.prioritize({"Pod": bad, "NodeNames": ["free"]})
+    assert scores == [{"Host": "free", "Score": 0}]
 
 
 def test_nodes_without_an_object_pass_or_fail_as_configured() -> None:
