@@ -240,6 +240,9 @@ class ExtenderServer:
                     key, sep, value = line.partition(":")
                     if sep:
                         headers[key.strip().lower()] = value.strip()
+                if "transfer-encoding" in headers:
+                    await self._send(writer, 411, b"send a Content-Length\n", "text/plain")
+                    return
                 length = headers.get("content-length", "0")
                 if not length.isdigit() or int(length) > MAX_BODY:
                     await self._send(writer, 413, b"body too large or unsized\n", "text/plain")

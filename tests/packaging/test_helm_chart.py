@@ -535,6 +535,8 @@ def test_scheduler_extender_deployment_settings_service_and_rbac() -> None:
     ]
     assert container["ports"] == [{"name": "http", "containerPort": 9742}]
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert deployment["spec"]["replicas"] == 1  # the assume cache is the process's own
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     spec = deployment["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == EXTENDER and spec["securityContext"]["runAsNonRoot"]
     settings = parse_settings(found[("ConfigMap", EXTENDER)]["data"]["extender.toml"], "chart")

@@ -310,3 +310,25 @@ def test_objects_are_listed_in_pages_and_deleted_nodes_are_forgotten(
             await fk.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_chunked_body_is_refused_with_411(kube_env: tuple[FakeKube, Path]) -> None:
+    fk, path = kube_env
+
+    async def scenario() -> None:
+        server, _client = await _start(fk, path)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(
+                b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"2\r\n{}\r\n0\r\n\r\n"
+            )
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 411 ")
+            writer.close()
+        finally:
+            await server.stop()
+            await fk.stop()
+
+    asyncio.run(scenario())
