@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from extender_diff import LedgerNode, spec_of
-from fakekube import FakeKube, api_pod, kubeconfig_text
+from fakekube import FakeKube, api_pod, free_port, kubeconfig_text
 
 from nri_plrm.podsource.client import load_kube_config, new_pod_api
 from nri_plrm.scheduler.extender import Extender
@@ -330,5 +332,53 @@ def test_a_chunked_body_is_refused_with_411(kube_env: tuple[FakeKube, Path]) -> 
         finally:
             await server.stop()
             await fk.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_command_serves_until_sigterm(kube_env: tuple[FakeKube, Path]) -> None:
+    """``nri-plrm scheduler-extender`` as a process: lists the objects through the kubeconfig,
+    answers a filter, ends with 0 on SIGTERM."""
+    fk, path = kube_env
+
+    async def scenario() -> None:
+        await fk.start()
+        fk.store_nrt(node("free").published())
+        path.write_text(kubeconfig_text(fk.url))
+        port = free_port()
+        settings = path.parent / "extender.toml"
+        settings.write_text(f'[scheduler_extender]\naddress = "127.0.0.1:{port}"\nresync = 0.1\n')
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "nri_plrm.cli",
+            "scheduler-extender",
+            "--config",
+            str(settings),
+            "--kubeconfig",
+            str(path),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        client = Client(port)
+        try:
+            for _ in range(300):
+                try:
+                    status, _body = await client.request("GET", "/healthz")
+                except OSError:
+                    client.writer = None
+                    await asyncio.sleep(0.05)
+                    continue
+                if status == 200:
+                    break
+                await asyncio.sleep(0.05)
+            result = await client.post("filter", scheduler_args(pod("web", "3"), ["free"]))
+            assert set(result["FailedAndUnresolvableNodes"]) == {"free"}
+        finally:
+            client.close()
+            proc.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.wait_for(proc.communicate(), 10)
+            await fk.stop()
+        assert proc.returncode == 0, err.decode()
+        assert b"scheduler extender listening on 127.0.0.1:" in err
 
     asyncio.run(scenario())
