@@ -90,9 +90,11 @@ class Extender:
 
     def update_node(self, obj: Mapping[str, Any]) -> None:
         """Take a node's NodeResourceTopology object (unchanged ``resourceVersion``: kept)."""
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-        name = str((meta or {}).get("name", ""))
-        rv = str((meta or {}).get("resourceVersion", ""))
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        if not isinstance(meta, Mapping):
+            return
+        name = str(meta.get("name", ""))
+        rv = str(meta.get("resourceVersion", ""))
         known = self._nodes.get(name)
         if not name or (known is not None and rv and known.resource_version == rv):
             return

@@ -283,10 +283,22 @@ def _tm_options(text: str, what: str) -> tuple[bool, int]:
 
 def read_published(obj: Mapping[str, Any]) -> PublishedNode:
     """The node state of a NodeResourceTopology object written by this plugin; raises
-    :class:`PublishedStateError` naming the attribute for anything missing or malformed."""
+    :class:`PublishedStateError` naming the attribute for anything missing or malformed (and
+    only that, whatever the object holds)."""
+    if not isinstance(obj, Mapping):
+        raise PublishedStateError(f"NodeResourceTopology: {type(obj).__name__}: not an object")
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     name = str((meta or {}).get("name", "?"))
     where = f"NodeResourceTopology {name}"
+    try:
+        return _read(obj, name, where)
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+        if isinstance(exc, PublishedStateError):
+            raise
+        raise PublishedStateError(f"{where}: malformed object ({exc})") from None
+
+
+def _read(obj: Mapping[str, Any], name: str, where: str) -> PublishedNode:
     top = _attributes(obj.get("attributes"), f"{where}.attributes")
     version = top.get(ATTR_VERSION)
     if version != STATE_VERSION:
@@ -316,8 +328,11 @@ def read_published(obj: Mapping[str, Any]) -> PublishedNode:
         row = {}
         for cost in zone.get("costs") or []:
             other = str(cost.get("name", ""))
+            value = cost.get("value")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise PublishedStateError(f"{zwhere}.costs: {cost!r}: a cost has an integer value")
             if other.startswith(ZONE_PREFIX):
-                row[_int(other[len(ZONE_PREFIX) :], f"{zwhere}.costs")] = int(cost.get("value", 0))
+                row[_int(other[len(ZONE_PREFIX) :], f"{zwhere}.costs")] = value
         distances[node] = row
         if ZONE_MEMORY in attrs:
             tables = _memory(attrs[ZONE_MEMORY], f"{zwhere}.{ZONE_MEMORY}")
