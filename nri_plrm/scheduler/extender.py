@@ -82,6 +82,8 @@ class Extender:
         self.assumed = AssumeCache(settings.assume_ttl)
         self._nodes: dict[str, _Node] = {}
         self._models: dict[str, NodeModel] = {}
+        self._holders: dict[str, int] = {}
+        """Nodes holding each published state: a model no node holds any more is dropped."""
         self._types: dict[str, NodeType] = {}
         self._verdicts: dict[tuple[str, str, bool], Verdict] = {}
         self._pods: dict[str, PodSpec] = {}
@@ -98,18 +100,39 @@ class Extender:
         known = self._nodes.get(name)
         if not name or (known is not None and rv and known.resource_version == rv):
             return
+        self._forget(name)
         try:
-            self._nodes[name] = _Node(read_published(obj), "", rv)
+            published = read_published(obj)
         except PublishedStateError as exc:
             self._nodes[name] = _Node(None, str(exc), rv)
+            return
+        self._nodes[name] = _Node(published, "", rv)
+        key = published.state_key
+        self._holders[key] = self._holders.get(key, 0) + 1
 
     def remove_node(self, name: str) -> None:
         """The node's object is gone."""
-        self._nodes.pop(name, None)
+        self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        node = self._nodes.pop(name, None)
+        if node is None or node.published is None:
+            return
+        key = node.published.state_key
+        left = self._holders.get(key, 0) - 1
+        if left > 0:
+            self._holders[key] = left
+        else:
+            self._holders.pop(key, None)
+            self._models.pop(key, None)
 
     def node_names(self) -> list[str]:
         """Nodes with an object, usable or not."""
         return list(self._nodes)
+
+    def models(self) -> int:
+        """Published states with a model (at most one per node)."""
+        return len(self._models)
 
     def node_error(self, name: str) -> str:
         """Why a node's object cannot be used ("" when it can, or when there is none)."""

@@ -382,3 +382,18 @@ def test_the_command_serves_until_sigterm(kube_env: tuple[FakeKube, Path]) -> No
         assert b"scheduler extender listening on 127.0.0.1:" in err
 
     asyncio.run(scenario())
+
+
+def test_a_state_no_node_holds_any_more_is_forgotten() -> None:
+    extender = _extender()
+    args = {"Pod": pod("small", "2"), "NodeNames": ["free", "half", "full"]}
+    extender.filter(args)
+    models = extender.models()
+    assert models == 3
+    half = node("half", busy=2).published()
+    half["metadata"]["resourceVersion"] = "2"
+    extender.update_node(half)  # "half" has another state now
+    extender.filter(args)
+    assert extender.models() == 3
+    extender.remove_node("full")
+    assert extender.models() == 2
