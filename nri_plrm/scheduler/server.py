@@ -1,5 +1,6 @@
-"""``nri-plrm scheduler-extender``: the HTTP server around :class:`Extender`, the list of the
-nodes' NodeResourceTopology objects that feeds it, ``/metrics`` and ``/healthz``.
+"""``nri-plrm scheduler-extender``: the HTTP server around :class:`Extender`, the list and watch
+of the nodes' NodeResourceTopology objects that feeds it (:class:`NodeFeed`), ``/metrics`` and
+``/healthz``.
 
 One asyncio loop runs everything (decisions are pure CPU work between two reads, so the node
 states never change under a decision). HTTP/1.1 with keep-alive, as the scheduler's client
@@ -16,7 +17,6 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -32,9 +32,8 @@ from prometheus_client import (
 
 from nri_plrm.metrics_server import parse_address
 from nri_plrm.podsource.kube import describe_failure
-from nri_plrm.podsource.nrt import GROUP, PLURAL, VERSION
-from nri_plrm.podsource.podapi import ApiStatusError
 from nri_plrm.scheduler.extender import Extender, ExtenderRequestError
+from nri_plrm.scheduler.nodefeed import NodeFeed
 from nri_plrm.scheduler.settings import ExtenderSettings
 
 MAX_BODY = 64 << 20
@@ -43,13 +42,8 @@ MAX_HEAD = 16 << 10
 """Largest request head."""
 IDLE_TIMEOUT = 120.0
 """Seconds a kept-alive connection may stay silent."""
-NRT_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
-PAGE = 100
-"""Objects per list page: one page is decoded between two turns of the event loop."""
-MAX_PAGES = 1000
-"""Pages one list may take (100,000 nodes); an endless ``continue`` is refused past it."""
-STALE_AFTER = 10
-"""``/healthz`` fails once the last successful list is older than this many resync periods."""
+STALE_AFTER = 60.0
+"""``/healthz`` fails once lists and watches have failed for this many seconds."""
 
 log = logging.getLogger("nri_plrm.scheduler")
 
@@ -115,8 +109,17 @@ class ExtenderServer:
         extender.on_verdict = lambda v: self.metrics.verdicts.labels(v).inc()
         self._server: asyncio.Server | None = None
         self._lister: asyncio.Task[None] | None = None
-        self._last_list: float | None = None
-        self._list_failures = 0
+        self.feed = (
+            NodeFeed(
+                http,
+                extender,
+                settings.resync,
+                on_change=self._counted,
+                on_list=lambda ok: self.metrics.lists.labels("ok" if ok else "failed").inc(),
+            )
+            if http is not None
+            else None
+        )
 
     @property
     def port(self) -> int:
@@ -128,8 +131,8 @@ class ExtenderServer:
         """Listen and start listing the nodes' objects."""
         host, port = parse_address(self.settings.address)
         self._server = await asyncio.start_server(self._serve, host or None, port)
-        if self.http is not None:
-            self._lister = asyncio.get_running_loop().create_task(self._list_forever())
+        if self.feed is not None:
+            self._lister = asyncio.get_running_loop().create_task(self.feed.run())
         log.info("scheduler extender listening on %s", self.settings.address)
 
     async def stop(self) -> None:
@@ -145,73 +148,24 @@ class ExtenderServer:
 
     # -- the nodes' objects ---------------------------------------------------------------------
 
-    async def list_once(self) -> None:
-        """List every NodeResourceTopology object (pages of :data:`PAGE`, decoded one page per
-        turn of the event loop) and update the extender; an object whose ``resourceVersion``
-        did not change is not read again. Raises on failure."""
-        assert self.http is not None
-        seen: set[str] = set()
-        cont = ""
-        for _ in range(MAX_PAGES):
-            params = {"limit": str(PAGE)}
-            if cont:
-                params["continue"] = cont
-            response = await self.http.get(NRT_PATH, params=params)
-            if response.status_code != 200:
-                raise ApiStatusError(response.status_code, response.text[:200])
-            page = json.loads(response.content)
-            items = page.get("items") if isinstance(page, Mapping) else None
-            for obj in items if isinstance(items, list) else ():
-                if isinstance(obj, Mapping) and isinstance(obj.get("metadata"), Mapping):
-                    self.extender.update_node(obj)
-                    seen.add(str(obj["metadata"].get("name", "")))
-            meta = page.get("metadata") if isinstance(page, Mapping) else None
-            cont = str(meta.get("continue") or "") if isinstance(meta, Mapping) else ""
-            if not cont:
-                break
-        else:
-            raise RuntimeError(f"listing {NRT_PATH}: more than {MAX_PAGES} pages")
-        for name in self.extender.node_names():
-            if name not in seen:
-                self.extender.remove_node(name)
-        usable = sum(1 for n in seen if not self.extender.node_error(n))
+    def _counted(self) -> None:
+        usable = sum(1 for n in self.extender.node_names() if not self.extender.node_error(n))
         self.metrics.nodes.labels("usable").set(usable)
-        self.metrics.nodes.labels("unusable").set(len(seen) - usable)
+        self.metrics.nodes.labels("unusable").set(len(self.extender.node_names()) - usable)
         self.metrics.assumed.set(len(self.extender.assumed))
 
-    async def _list_forever(self) -> None:
-        while True:
-            try:
-                await self.list_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API's and the connection's failures alike
-                self._list_failures += 1
-                self.metrics.lists.labels("failed").inc()
-                if self._list_failures == 1:
-                    log.warning(
-                        "listing NodeResourceTopology objects failed (%s); deciding on the "
-                        "last list, retrying every %g s",
-                        describe_failure(exc),
-                        self.settings.resync,
-                    )
-            else:
-                if self._list_failures:
-                    log.warning("NodeResourceTopology objects listed again")
-                self._list_failures = 0
-                self._last_list = time.monotonic()
-                self.metrics.lists.labels("ok").inc()
-            await asyncio.sleep(self.settings.resync)
-
     def health(self) -> tuple[bool, str]:
-        """Healthy once the objects were listed, and lately."""
-        if self.http is None:
+        """Healthy once the objects were listed, and while lists and watches work (or have
+        failed for less than :data:`STALE_AFTER` seconds)."""
+        if self.feed is None:
             return True, "ok"
-        if self._last_list is None:
+        if self.feed.synced_at is None:
             return False, "NodeResourceTopology objects not listed yet"
-        age = time.monotonic() - self._last_list
-        if age > STALE_AFTER * self.settings.resync and age > 30.0:
-            return False, f"NodeResourceTopology objects last listed {age:.0f} s ago"
+        since = self.feed.failing_since
+        if since is not None:
+            age = time.monotonic() - since
+            if age > STALE_AFTER:
+                return False, f"NodeResourceTopology objects unreadable for {age:.0f} s"
         return True, "ok"
 
     # -- HTTP -----------------------------------------------------------------------------------

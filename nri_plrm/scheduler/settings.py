@@ -32,8 +32,9 @@ class ExtenderSettings:
     ``/healthz``) listens."""
     kubeconfig: str = ""
     """A kubeconfig file; ``""`` = the in-cluster service account."""
-    resync: float = 1.0
-    """Seconds between two lists of the NodeResourceTopology objects."""
+    resync: float = 300.0
+    """Seconds between two full lists of the NodeResourceTopology objects (changes arrive
+    through a watch in between)."""
     scoring: str = LEAST_ALLOCATED
     """``least-allocated`` (spread) or ``most-allocated`` (pack), per NUMA node."""
     assume_ttl: float = 60.0

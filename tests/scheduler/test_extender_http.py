@@ -116,7 +116,7 @@ def kube_env(tmp_path: Path) -> Iterator[tuple[FakeKube, Path]]:
 async def _start(fk: FakeKube, path: Path, **settings: Any) -> tuple[ExtenderServer, Client]:
     await fk.start()
     path.write_text(kubeconfig_text(fk.url))
-    config = ExtenderSettings(address="127.0.0.1:0", resync=0.05, **settings)
+    config = ExtenderSettings(**{"address": "127.0.0.1:0", "resync": 0.05, **settings})
     kube = load_kube_config(str(path))
     extender = Extender(config, asyncio.get_running_loop().time)
     server = ExtenderServer(config, new_pod_api(kube).http, extender)
@@ -299,7 +299,7 @@ def test_objects_are_listed_in_pages_and_deleted_nodes_are_forgotten(
             pages = [r for r in fk.nrt_requests() if r.method == "GET"]
             assert [r.query.get("limit") for r in pages[:3]] == ["100", "100", "100"]
             assert [r.query.get("continue") for r in pages[:3]] == [None, "100", "200"]
-            del fk.nrts["n-007"]
+            fk.delete_nrt("n-007")
             await asyncio.sleep(0.2)
             assert len(server.extender.node_names()) == 249
             result = await client.post("filter", scheduler_args(pod("p", "2"), ["n-007"]))
@@ -397,3 +397,47 @@ def test_a_state_no_node_holds_any_more_is_forgotten() -> None:
     assert extender.models() == 3
     extender.remove_node("full")
     assert extender.models() == 2
+
+
+def test_changes_arrive_through_the_watch_and_a_compacted_version_lists_again(
+    kube_env: tuple[FakeKube, Path],
+) -> None:
+    fk, path = kube_env
+
+    async def until(check: Any) -> None:
+        for _ in range(200):
+            if check():
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("not reached")
+
+    async def scenario() -> None:
+        fk.store_nrt(node("a").published())
+        server, client = await _start(fk, path, resync=3600.0)  # no periodic list
+        try:
+            assert server.extender.node_names() == ["a"]
+            lists = sum(1 for r in fk.nrt_requests() if "watch" not in r.query)
+            fk.store_nrt(node("b", busy=3).published())
+            await until(lambda: "b" in server.extender.node_names())
+            full = await client.post("filter", scheduler_args(pod("p", "4"), ["b"]))
+            assert set(full["FailedNodes"]) == {"b"}  # decided on b's object from the watch
+            fk.delete_nrt("a")
+            await until(lambda: server.extender.node_names() == ["b"])
+            assert sum(1 for r in fk.nrt_requests() if "watch" not in r.query) == lists
+            watches = [r for r in fk.nrt_requests() if r.query.get("watch") == "true"]
+            assert watches and watches[0].query["allowWatchBookmarks"] == "true"
+            # the server forgets old versions and ends the watch: reopened from its last
+            # version, it gets 410 and the feed lists again, then watches from the new list
+            fk.nrt_compacted = fk.rv + 1
+            fk.end_nrt_watches()
+            await until(lambda: sum(1 for r in fk.nrt_requests() if "watch" not in r.query) > lists)
+            fk.store_nrt(node("c").published())
+            await until(lambda: "c" in server.extender.node_names())
+            _status, body = await client.request("GET", "/metrics")
+            assert 'nri_plrm_extender_node_lists_total{result="failed"}' not in body.decode()
+        finally:
+            client.close()
+            await server.stop()
+            await fk.stop()
+
+    asyncio.run(scenario())

@@ -121,6 +121,11 @@ class FakeKube:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.nrts: dict[str, dict[str, Any]] = {}
         self.nrt_writes: list[Write] = []
+        self.nrt_history: list[tuple[int, str, dict[str, Any]]] = []
+        """(resourceVersion, event type, object) of every NodeResourceTopology change."""
+        self.nrt_compacted = 0
+        """A NodeResourceTopology watch from a version below this gets a 410 ``ERROR``."""
+        self._nrt_watches: list[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = []
         self.nrt_status = 0
         """When set (e.g. 503), answered to every node and NodeResourceTopology request."""
         self.nrt_fail_next: list[int] = []
@@ -158,6 +163,8 @@ class FakeKube:
         """Stop listening and cut every open connection."""
         for watch in self._take_watches():
             watch.queue.put_nowait(None)
+        for queue in self._nrt_watches:
+            queue.put_nowait(None)
         if self._server is not None:
             self._server.close()
             for writer in list(self._conns):
@@ -214,6 +221,8 @@ class FakeKube:
         """End every open watch cleanly (as the server's timeoutSeconds does)."""
         for watch in self._take_watches():
             watch.queue.put_nowait(None)
+        for queue in self._nrt_watches:
+            queue.put_nowait(None)
 
     def expire_watches(self) -> None:
         """Send each open watch a 410 ERROR event (its resourceVersion is too old), then end it."""
@@ -280,8 +289,65 @@ class FakeKube:
         stored = copy.deepcopy(dict(obj))
         meta = stored.setdefault("metadata", {})
         meta["resourceVersion"] = str(self.rv)
-        self.nrts[meta["name"]] = stored
+        kind = "MODIFIED" if meta["name"] in self.nrts else "ADDED"
+        self._nrt_changed(kind, stored)
         return stored
+
+    def delete_nrt(self, name: str) -> None:
+        """Delete a NodeResourceTopology object (watchers see DELETED)."""
+        self.rv += 1
+        stored = copy.deepcopy(self.nrts[name])
+        stored["metadata"]["resourceVersion"] = str(self.rv)
+        self._nrt_changed("DELETED", stored)
+
+    def end_nrt_watches(self) -> None:
+        """End every open NodeResourceTopology watch (as the API server does on timeout)."""
+        for queue in self._nrt_watches:
+            queue.put_nowait(None)
+
+    def _nrt_changed(self, kind: str, stored: dict[str, Any]) -> None:
+        name = stored["metadata"]["name"]
+        if kind == "DELETED":
+            self.nrts.pop(name, None)
+        else:
+            self.nrts[name] = stored
+        self.nrt_history.append((self.rv, kind, stored))
+        for queue in self._nrt_watches:
+            queue.put_nowait((kind, stored))
+
+    async def _nrt_watch(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        since = int(request.query.get("resourceVersion", "0") or 0)
+        timeout = float(request.query.get("timeoutSeconds", "0") or 0)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        if since < self.nrt_compacted:
+            await self._chunk(writer, "ERROR", _status(410, "Expired", "too old resource version"))
+            await self._end(writer)
+            return
+        queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
+        for rv, kind, obj in self.nrt_history:
+            if rv > since:
+                queue.put_nowait((kind, obj))
+        self._nrt_watches.append(queue)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout else None
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    break
+                try:
+                    item = await asyncio.wait_for(queue.get(), remaining)
+                except asyncio.TimeoutError:
+                    break
+                if item is None:
+                    break
+                await self._chunk(writer, *item)
+        finally:
+            self._nrt_watches.remove(queue)
+        await self._end(writer)
 
     def nrt_requests(self) -> list[Request]:
         """The NodeResourceTopology requests received, in order."""
@@ -293,7 +359,7 @@ class FakeKube:
         meta = stored.setdefault("metadata", {})
         meta["resourceVersion"] = str(self.rv)
         meta.setdefault("uid", f"nrt-uid-{meta['name']}")
-        self.nrts[meta["name"]] = stored
+        self._nrt_changed("ADDED" if method == "POST" else "MODIFIED", stored)
         self.nrt_writes.append(Write(method, time.monotonic(), copy.deepcopy(obj)))
         return stored
 
@@ -319,7 +385,9 @@ class FakeKube:
             await self._json(writer, code, _status(code, "Injected", f"injected {code}"))
             return
         body = request.body if isinstance(request.body, dict) else {}
-        if request.method == "GET" and not rest:
+        if request.method == "GET" and not rest and request.query.get("watch") == "true":
+            await self._nrt_watch(request, writer)
+        elif request.method == "GET" and not rest:
             names = sorted(self.nrts)
             offset = int(request.query.get("continue", "0") or 0)
             limit = int(request.query.get("limit", "0") or 0) or len(names)
