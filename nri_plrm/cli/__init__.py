@@ -1,4 +1,5 @@
-"""``nri-plrm``: the operator command line (run, simulate, state, topology, check-config, version).
+"""``nri-plrm``: the operator command line (run, simulate, state, topology, check-config, doctor,
+scheduler-extender, version).
 
 Exit codes: 0 success, 1 a runtime failure (e.g. the state cannot be read), 2 bad input (an
 invalid configuration, manifest, topology spec or option; also no command at all: the help goes
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from nri_plrm import __version__
-from nri_plrm.cli import doctor
+from nri_plrm.cli import doctor, scheduler_extender
 from nri_plrm.cli.check_config import cmd_check_config
 from nri_plrm.cli.inputs import (
     EXIT_FAILURE,
@@ -206,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=cmd_check_config)
 
     doctor.add_parser(sub.add_parser, PROG)
+    scheduler_extender.add_parser(sub.add_parser, PROG)
 
     version = sub.add_parser(
         "version",

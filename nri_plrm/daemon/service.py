@@ -62,6 +62,7 @@ from nri_plrm.podresources.server import PodResourcesServer
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
 from nri_plrm.podsource.dra import ClaimDevices
+from nri_plrm.podsource.nrt_exact_state import exact_attributes
 from nri_plrm.topology.device_numa import DeviceNUMA
 from nri_plrm.topology.model import Topology
 from nri_plrm.topology.sysfs import discover
@@ -184,6 +185,7 @@ async def _serve(config: Config, on_ready: Callable[[], Any] | None) -> int:
         exporter.attach(
             lambda: free_per_numa(plugin.ledger.engine),
             lambda: ((p.namespace, p.name) for p in plugin.ledger.pods()),
+            lambda: exact_attributes(plugin.ledger.engine),
         )
     if kube is not None:
         kube.cache.on_change = plugin.follow_pod

@@ -39,6 +39,7 @@ from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.background import BackgroundTask
 from nri_plrm.podsource.fingerprint import METHOD_ALL, fingerprint
 from nri_plrm.podsource.kube import Backoff, describe_failure
+from nri_plrm.podsource.nrt_exact_state import ExactAttributes, pods_attribute
 from nri_plrm.topology.model import Topology
 
 GROUP = "topology.node.k8s.io"
@@ -97,10 +98,13 @@ def nrt_object(
     scope: str,
     pods: Iterable[tuple[str, str]] = (),
     max_numa_nodes: int | None = None,
+    exact: ExactAttributes | None = None,
 ) -> dict[str, Any]:
     """The NodeResourceTopology object for this node (no ``resourceVersion``): ``pods`` are
     the (namespace, name) of the pods its numbers account for (the fingerprint attribute);
-    ``max_numa_nodes`` is published when the topology manager's option is set."""
+    ``max_numa_nodes`` is published when the topology manager's option is set; ``exact``
+    adds the exact state for the scheduler extender (``nri_plrm.podsource.nrt_exact_state``)."""
+    pods = tuple(pods)
     attributes = [
         {"name": ATTR_POLICY, "value": policy},
         {"name": ATTR_SCOPE, "value": scope},
@@ -109,29 +113,33 @@ def nrt_object(
         attributes.append({"name": ATTR_MAX_NUMA_NODES, "value": str(max_numa_nodes)})
     attributes.append({"name": ATTR_FINGERPRINT, "value": fingerprint(pods)})
     attributes.append({"name": ATTR_FINGERPRINT_METHOD, "value": METHOD_ALL})
+    if exact is not None:
+        attributes.extend(dict(a) for a in exact.top)
+        attributes.append(pods_attribute(pods))
     zones = []
     for numa in free:
         row = topology.numa_nodes[numa.node].distances
-        zones.append(
-            {
-                "name": zone_name(numa.node),
-                "type": ZONE_TYPE,
-                "costs": [
-                    {"name": zone_name(other), "value": int(row[other])}
-                    for other in topology.numa_ids
-                    if other in row
-                ],
-                "resources": [
-                    {
-                        "name": r.name,
-                        "capacity": str(r.capacity),
-                        "allocatable": str(r.allocatable),
-                        "available": str(r.available),
-                    }
-                    for r in numa.resources
-                ],
-            }
-        )
+        zone: dict[str, Any] = {
+            "name": zone_name(numa.node),
+            "type": ZONE_TYPE,
+            "costs": [
+                {"name": zone_name(other), "value": int(row[other])}
+                for other in topology.numa_ids
+                if other in row
+            ],
+            "resources": [
+                {
+                    "name": r.name,
+                    "capacity": str(r.capacity),
+                    "allocatable": str(r.allocatable),
+                    "available": str(r.available),
+                }
+                for r in numa.resources
+            ],
+        }
+        if exact is not None and numa.node in exact.zones:
+            zone["attributes"] = [dict(a) for a in exact.zones[numa.node]]
+        zones.append(zone)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -197,6 +205,7 @@ class NodeTopologyExporter:
         self.max_numa_nodes = max_numa_nodes
         self._state: Callable[[], Sequence[NumaAvailability]] | None = None
         self._pods: Callable[[], Iterable[tuple[str, str]]] = tuple
+        self._exact: Callable[[], ExactAttributes] | None = None
         self._foreign: set[str] = set()
         self._dirty = asyncio.Event()
         self._idle = asyncio.Event()
@@ -212,11 +221,14 @@ class NodeTopologyExporter:
         self,
         state: Callable[[], Sequence[NumaAvailability]],
         pods: Callable[[], Iterable[tuple[str, str]]] = tuple,
+        exact: Callable[[], ExactAttributes] | None = None,
     ) -> None:
-        """Set the functions that read the free resources per NUMA node and the (namespace,
-        name) of the pods they account for (read together, between NRI events)."""
+        """Set the functions that read the free resources per NUMA node, the (namespace,
+        name) of the pods they account for and the exact state for the scheduler extender
+        (read together, between NRI events)."""
         self._state = state
         self._pods = pods
+        self._exact = exact
         self.mark_dirty()
 
     def mark_dirty(self) -> None:
@@ -256,7 +268,8 @@ class NodeTopologyExporter:
             self._dirty.clear()
             self._last_attempt = loop.time()
             try:
-                await self._publish(self._state(), tuple(self._pods()))
+                exact = self._exact() if self._exact is not None else None
+                await self._publish(self._state(), tuple(self._pods()), exact)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the API's and the connection's failures alike
@@ -267,13 +280,16 @@ class NodeTopologyExporter:
                 self._succeeded()
 
     async def _publish(
-        self, free: Sequence[NumaAvailability], pods: Sequence[tuple[str, str]]
+        self,
+        free: Sequence[NumaAvailability],
+        pods: Sequence[tuple[str, str]],
+        exact: ExactAttributes | None = None,
     ) -> None:
         for _ in range(RETRIES):
             fresh_uid = self._node_uid is None
             if self._node_uid is None:
                 self._node_uid = await self._read_node_uid()
-            body = self._body(free, pods)
+            body = self._body(free, pods, exact)
             content = _content(body)
             if not self._verify and self._rv is not None and content == self._written:
                 return
@@ -284,7 +300,7 @@ class NodeTopologyExporter:
                     # created (again): the Node may have been recreated with a new uid
                     if not fresh_uid:
                         self._node_uid = await self._read_node_uid()
-                    if await self._write(self._body(free, pods), create=True):
+                    if await self._write(self._body(free, pods, exact), create=True):
                         return
                     continue
                 self._note_writers(current)
@@ -300,7 +316,10 @@ class NodeTopologyExporter:
         )
 
     def _body(
-        self, free: Sequence[NumaAvailability], pods: Sequence[tuple[str, str]]
+        self,
+        free: Sequence[NumaAvailability],
+        pods: Sequence[tuple[str, str]],
+        exact: ExactAttributes | None,
     ) -> dict[str, Any]:
         return nrt_object(
             self.node_name,
@@ -311,6 +330,7 @@ class NodeTopologyExporter:
             self.scope,
             pods,
             self.max_numa_nodes,
+            exact,
         )
 
     def _note_writers(self, current: Mapping[str, Any]) -> None:

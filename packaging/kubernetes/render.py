@@ -32,6 +32,7 @@ _TEMPLATE_ORDER = [
     "rbac.yaml",
     "configmap.yaml",
     "daemonset.yaml",
+    "scheduler-extender.yaml",
 ]
 
 

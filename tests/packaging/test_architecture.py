@@ -34,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "podresources": BELOW_ENGINE | {"engine", "translate", "ledger", "config"},
     "plugin": BELOW_ENGINE
     | {"engine", "translate", "ledger", "nri", "observability", "podsource", "podresources"},
+    "scheduler": BELOW_ENGINE | {"engine", "translate", "config", "observability", "podsource"},
     "doctor": BELOW_ENGINE
     | {"engine", "checkpoint", "config", "observability", "podsource", "podresources"},
     "daemon": BELOW_ENGINE
@@ -41,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     | {"podsource", "podresources", "plugin"},
     "cli": BELOW_ENGINE
     | {"engine", "checkpoint", "translate", "ledger", "config", "nri", "observability"}
-    | {"podsource", "podresources", "plugin", "doctor", "daemon", ROOT_PACKAGE},
+    | {"podsource", "podresources", "plugin", "doctor", "daemon", "scheduler", ROOT_PACKAGE},
     ROOT_PACKAGE: {"cli"},
 }
 """The packages each package may import (besides itself and the generated ``proto``): base

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nri_plrm.config.file import parse_config
+from nri_plrm.scheduler.settings import parse_settings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -516,3 +517,64 @@ def test_dra_rbac_goes_with_the_pod_cache() -> None:
     dra = {("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceslices")}
     assert dra <= role_rules({})
     assert not dra & role_rules({"config": {"kubernetes": {"enabled": False}}})
+
+
+# ----------------------------------------------------------------- scheduler extender
+
+EXTENDER = "nri-plrm-scheduler-extender"
+
+
+def extender_on(**extra: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return objects({"schedulerExtender": {"enabled": True, **extra}})
+
+
+def test_scheduler_extender_off_by_default() -> None:
+    assert not [key for key in objects() if key[1] == EXTENDER]
+
+
+def test_scheduler_extender_deployment_settings_service_and_rbac() -> None:
+    found = extender_on(settings={"scoring": "most-allocated"})
+    deployment = found[("Deployment", EXTENDER)]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [
+        "scheduler-extender",
+        "--config",
+        "/etc/nri-plrm-extender/extender.toml",
+    ]
+    assert container["ports"] == [{"name": "http", "containerPort": 9742}]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert deployment["spec"]["replicas"] == 1  # the assume cache is the process's own
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == EXTENDER and spec["securityContext"]["runAsNonRoot"]
+    settings = parse_settings(found[("ConfigMap", EXTENDER)]["data"]["extender.toml"], "chart")
+    assert settings.scoring == "most-allocated" and settings.address == "0.0.0.0:9742"
+    assert found[("Service", EXTENDER)]["spec"]["ports"][0]["port"] == 9742
+    rules = found[("ClusterRole", EXTENDER)]["rules"]
+    assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in rules} == {
+        (("noderesourcetopologies",), ("get", "list", "watch")),
+        (("pods/binding",), ("create",)),
+    }
+    binding = found[("ClusterRoleBinding", EXTENDER)]
+    assert binding["subjects"][0]["name"] == EXTENDER
+
+
+def test_kube_scheduler_configuration_example_calls_the_extender() -> None:
+    data = extender_on(port=9800, schedulerName="numa")[("ConfigMap", EXTENDER)]["data"]
+    config = yaml.safe_load(data["kube-scheduler-config.yaml"])
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert config["profiles"] == [{"schedulerName": "numa"}]
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == f"http://{EXTENDER}.nri-plrm.svc:9800"
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
+        "filter",
+        "prioritize",
+        "bind",
+    )
+    assert extender["nodeCacheCapable"] is True
+
+
+def test_schema_refuses_an_unknown_extender_scoring() -> None:
+    with pytest.raises(Exception, match="scoring"):
+        extender_on(settings={"scoring": "fewest"})

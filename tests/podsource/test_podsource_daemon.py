@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import urllib.request
 from pathlib import Path
@@ -14,9 +15,12 @@ from plrm_daemon import running_daemon
 from nri_plrm.config.settings import KubernetesSettings
 from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.spec import AdmissionError
 from nri_plrm.observability.metrics import Metrics
 from nri_plrm.podsource.access import open_kubernetes
 from nri_plrm.podsource.nrt import nrt_object
+from nri_plrm.podsource.nrt_exact_state import exact_attributes, read_published
+from nri_plrm.scheduler.decide import NodeModel
 from nri_plrm.topology.machines import MACHINES
 from nri_plrm.topology.sysfs import discover
 from nri_plrm.translate.manifest_to_pod import derived_uid, load_manifests
@@ -153,7 +157,17 @@ def test_daemon_publishes_the_node_resource_topology(tmp_path: Path) -> None:
                 def expected() -> dict[str, object]:
                     tm = d.config.topology_manager
                     free = free_per_numa(want)
-                    return nrt_object(NODE, uid, free, topology, tm.policy, tm.scope, admitted)
+                    return nrt_object(
+                        NODE,
+                        uid,
+                        free,
+                        topology,
+                        tm.policy,
+                        tm.scope,
+                        admitted,
+                        None,
+                        exact_attributes(want),
+                    )
 
                 def published() -> dict[str, object] | None:
                     obj = fk.nrts.get(NODE)
@@ -183,6 +197,16 @@ def test_daemon_publishes_the_node_resource_topology(tmp_path: Path) -> None:
                 for zone in fk.nrts[NODE]["zones"]:
                     row = (sysfs / zone["name"].replace("-", "") / "distance").read_text()
                     assert [c["value"] for c in zone["costs"]] == [int(x) for x in row.split()]
+                # the exact state reads back to the daemon's engine: the extender decides the
+                # next pod as the daemon's engine does
+                model = NodeModel(read_published(fk.nrts[NODE]))
+                again = dataclasses.replace(spec, uid="second", name="second")
+                verdict = model.decide(again)
+                try:
+                    want.admit_pod(again)
+                    assert verdict.admit
+                except AdmissionError as err:
+                    assert (verdict.reason, verdict.message) == (err.reason, err.message)
                 text = await scrape(d.metrics_url)
                 assert 'nri_plrm_node_resource_topology_writes_total{result="failed"} 0.0' in text
         finally:

@@ -598,3 +598,31 @@ def test_device_resources_are_zone_resources() -> None:
         "node-0": {"name": "nvidia.com/gpu", "capacity": "2", "allocatable": "2", "available": "2"},
         "node-3": {"name": "nvidia.com/gpu", "capacity": "1", "allocatable": "1", "available": "1"},
     }
+
+
+def test_the_exporter_writes_the_exact_state(tmp_path: Path) -> None:
+    """With ``exact`` attached every write carries the engine's exact state, validates against
+    the CRD and reads back to the engine's free CPUs, before and after an admission."""
+    from nri_plrm.podsource.nrt_exact_state import exact_attributes, read_published
+
+    async def main() -> None:
+        fk = FakeKube(free_port())
+        fk.add_node(NODE)
+        await fk.start()
+        engine = new_engine()
+        exporter = exporter_for(fk.url, tmp_path, Metrics(), 0.05)
+        exporter.attach(lambda: free_per_numa(engine), tuple, lambda: exact_attributes(engine))
+        exporter.start()
+        await exporter.settled()
+        assert read_published(fk.nrts[NODE]).free_cpus == engine.cpu_manager.available_cpus()
+        engine.admit_pod(small_pod("a"))
+        exporter.mark_dirty()
+        await exporter.settled()
+        state = read_published(fk.nrts[NODE])
+        assert state.free_cpus == engine.cpu_manager.available_cpus()
+        assert len(state.free_cpus) == len(engine.cpu_manager.allocatable_cpus()) - 1
+        assert_every_write_valid(fk)
+        await exporter.stop()
+        await fk.stop()
+
+    asyncio.run(main())

@@ -6,9 +6,9 @@ It speaks what the pod cache, the event recorder and the refused-pod patcher use
 (``watch=true``: a chunked stream of ``{"type": ..., "object": ...}`` lines from the requested
 ``resourceVersion``, ``timeoutSeconds`` honoured), ``410 Gone`` for a compacted
 ``resourceVersion`` (as an HTTP status or as a watch ``ERROR`` event), dropped connections,
-``POST /api/v1/namespaces/<ns>/events``, ``GET`` of one pod and a merge ``PATCH`` of its
-``status``, ``GET /api/v1/nodes/<name>`` and the cluster-scoped
-NodeResourceTopology custom resource (``GET``/``POST``/``PUT`` under
+``POST /api/v1/namespaces/<ns>/events``, ``GET`` of one pod, a merge ``PATCH`` of its
+``status`` and its ``binding``, ``GET /api/v1/nodes/<name>`` and the cluster-scoped
+NodeResourceTopology custom resource (list, ``GET``/``POST``/``PUT`` under
 ``/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies``, with ``resourceVersion``
 conflicts as the API server answers them), and DRA's ``resource.k8s.io/v1``: ``GET`` of one
 ResourceClaim and the ResourceSlice list (``fieldSelector=spec.nodeName=<node>`` honoured). Lists
@@ -123,6 +123,11 @@ class FakeKube:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.nrts: dict[str, dict[str, Any]] = {}
         self.nrt_writes: list[Write] = []
+        self.nrt_history: list[tuple[int, str, dict[str, Any]]] = []
+        """(resourceVersion, event type, object) of every NodeResourceTopology change."""
+        self.nrt_compacted = 0
+        """A NodeResourceTopology watch from a version below this gets a 410 ``ERROR``."""
+        self._nrt_watches: list[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = []
         self.nrt_status = 0
         """When set (e.g. 503), answered to every node and NodeResourceTopology request."""
         self.nrt_fail_next: list[int] = []
@@ -167,6 +172,8 @@ class FakeKube:
         """Stop listening and cut every open connection."""
         for watch in self._take_watches():
             watch.queue.put_nowait(None)
+        for queue in self._nrt_watches:
+            queue.put_nowait(None)
         if self._server is not None:
             self._server.close()
             for writer in list(self._conns):
@@ -223,6 +230,8 @@ class FakeKube:
         """End every open watch cleanly (as the server's timeoutSeconds does)."""
         for watch in self._take_watches():
             watch.queue.put_nowait(None)
+        for queue in self._nrt_watches:
+            queue.put_nowait(None)
 
     def expire_watches(self) -> None:
         """Send each open watch a 410 ERROR event (its resourceVersion is too old), then end it."""
@@ -282,6 +291,73 @@ class FakeKube:
         self.nodes[name] = node
         return node
 
+    def store_nrt(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a NodeResourceTopology object as another writer would (not in
+        ``nrt_writes``), with a new ``resourceVersion``."""
+        self.rv += 1
+        stored = copy.deepcopy(dict(obj))
+        meta = stored.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self.rv)
+        kind = "MODIFIED" if meta["name"] in self.nrts else "ADDED"
+        self._nrt_changed(kind, stored)
+        return stored
+
+    def delete_nrt(self, name: str) -> None:
+        """Delete a NodeResourceTopology object (watchers see DELETED)."""
+        self.rv += 1
+        stored = copy.deepcopy(self.nrts[name])
+        stored["metadata"]["resourceVersion"] = str(self.rv)
+        self._nrt_changed("DELETED", stored)
+
+    def end_nrt_watches(self) -> None:
+        """End every open NodeResourceTopology watch (as the API server does on timeout)."""
+        for queue in self._nrt_watches:
+            queue.put_nowait(None)
+
+    def _nrt_changed(self, kind: str, stored: dict[str, Any]) -> None:
+        name = stored["metadata"]["name"]
+        if kind == "DELETED":
+            self.nrts.pop(name, None)
+        else:
+            self.nrts[name] = stored
+        self.nrt_history.append((self.rv, kind, stored))
+        for queue in self._nrt_watches:
+            queue.put_nowait((kind, stored))
+
+    async def _nrt_watch(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        since = int(request.query.get("resourceVersion", "0") or 0)
+        timeout = float(request.query.get("timeoutSeconds", "0") or 0)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        if since < self.nrt_compacted:
+            await self._chunk(writer, "ERROR", _status(410, "Expired", "too old resource version"))
+            await self._end(writer)
+            return
+        queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
+        for rv, kind, obj in self.nrt_history:
+            if rv > since:
+                queue.put_nowait((kind, obj))
+        self._nrt_watches.append(queue)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout else None
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    break
+                try:
+                    item = await asyncio.wait_for(queue.get(), remaining)
+                except asyncio.TimeoutError:
+                    break
+                if item is None:
+                    break
+                await self._chunk(writer, *item)
+        finally:
+            self._nrt_watches.remove(queue)
+        await self._end(writer)
+
     def nrt_requests(self) -> list[Request]:
         """The NodeResourceTopology requests received, in order."""
         return [r for r in self.requests if r.path.startswith(NRT_PATH)]
@@ -292,7 +368,7 @@ class FakeKube:
         meta = stored.setdefault("metadata", {})
         meta["resourceVersion"] = str(self.rv)
         meta.setdefault("uid", f"nrt-uid-{meta['name']}")
-        self.nrts[meta["name"]] = stored
+        self._nrt_changed("ADDED" if method == "POST" else "MODIFIED", stored)
         self.nrt_writes.append(Write(method, time.monotonic(), copy.deepcopy(obj)))
         return stored
 
@@ -347,7 +423,24 @@ class FakeKube:
             await self._json(writer, code, _status(code, "Injected", f"injected {code}"))
             return
         body = request.body if isinstance(request.body, dict) else {}
-        if request.method == "GET" and rest:
+        if request.method == "GET" and not rest and request.query.get("watch") == "true":
+            await self._nrt_watch(request, writer)
+        elif request.method == "GET" and not rest:
+            names = sorted(self.nrts)
+            offset = int(request.query.get("continue", "0") or 0)
+            limit = int(request.query.get("limit", "0") or 0) or len(names)
+            page = names[offset : offset + limit]
+            meta = {"resourceVersion": str(self.rv)}
+            if offset + limit < len(names):
+                meta["continue"] = str(offset + limit)
+            listing = {
+                "apiVersion": "topology.node.k8s.io/v1alpha2",
+                "kind": "NodeResourceTopologyList",
+                "metadata": meta,
+                "items": [self.nrts[name] for name in page],
+            }
+            await self._json(writer, 200, listing)
+        elif request.method == "GET" and rest:
             if rest in self.nrts:
                 await self._json(writer, 200, self.nrts[rest])
             else:
@@ -453,6 +546,8 @@ class FakeKube:
             await self._json(writer, 404, _status(404, "NotFound", f'pods "{name}" not found'))
         elif request.method == "GET" and not sub:
             await self._json(writer, 200, pod)
+        elif request.method == "POST" and sub == ["binding"]:
+            await self._bind(pod, request, writer)
         elif request.method == "PATCH" and sub == ["status"]:
             patch = request.body if isinstance(request.body, dict) else {}
             uid = (patch.get("metadata") or {}).get("uid")
@@ -465,6 +560,29 @@ class FakeKube:
             await self._json(writer, 200, self.modify(changed))
         else:
             await self._json(writer, 405, _status(405, "MethodNotAllowed", request.method))
+
+    async def _bind(
+        self, pod: dict[str, Any], request: Request, writer: asyncio.StreamWriter
+    ) -> None:
+        """``POST pods/<name>/binding``: sets ``spec.nodeName`` once (409 when already bound,
+        as the API server answers), a uid in the binding's metadata must match."""
+        body = request.body if isinstance(request.body, dict) else {}
+        uid = (body.get("metadata") or {}).get("uid")
+        target = body.get("target") or {}
+        if uid and uid != pod["metadata"].get("uid"):
+            msg = f"Precondition failed: UID in precondition: {uid}"
+            await self._json(writer, 409, _status(409, "Conflict", msg))
+        elif (pod.get("spec") or {}).get("nodeName"):
+            msg = f"pod {pod['metadata']['name']} is already assigned to node"
+            await self._json(writer, 409, _status(409, "Conflict", msg))
+        elif target.get("kind") != "Node" or not target.get("name"):
+            await self._json(writer, 400, _status(400, "BadRequest", "target must be a Node"))
+        else:
+            changed = copy.deepcopy(pod)
+            changed.setdefault("spec", {})["nodeName"] = target["name"]
+            self.modify(changed)
+            status = {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+            await self._json(writer, 201, status)
 
     async def _list(self, request: Request, writer: asyncio.StreamWriter) -> None:
         selector = _selector(request.query.get("fieldSelector", ""))
