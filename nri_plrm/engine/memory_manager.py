@@ -8,8 +8,10 @@ containers' blocks are views of them. Init-container reuse (the kubelet's
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from nri_plrm.engine.bitmask import bits, mask_of
 from nri_plrm.engine.cpu_requests import (
@@ -45,6 +47,8 @@ from nri_plrm.engine.spec import (
     TopologyHint,
 )
 from nri_plrm.topology.model import Topology
+
+T = TypeVar("T")
 
 
 def _pod_guaranteed(pod: PodSpec) -> bool:
@@ -478,6 +482,27 @@ class MemoryManager:
     def _forget(self, pod_uid: str) -> None:
         self._shared.pop(pod_uid, None)
 
+    # one pod saved and put back (Engine.readmit) --------------------------------------------
+
+    def save_pod(self, pod_uid: str) -> SavedPodMemory:
+        """The pod's blocks and the machine state now, for :meth:`restore_pod`."""
+        shared = self._shared.get(pod_uid)
+        return SavedPodMemory(
+            pod_uid,
+            copy.deepcopy(self.machine_state),
+            copy.deepcopy(self._entries.get(pod_uid)),
+            copy.deepcopy(self._pod_entries.get(pod_uid)),
+            None if shared is None else set(shared),
+        )
+
+    def restore_pod(self, saved: SavedPodMemory) -> None:
+        """Back to ``saved``: valid when only that pod changed since :meth:`save_pod`."""
+        uid = saved.pod_uid
+        self.machine_state = copy.deepcopy(saved.machine_state)
+        _put(self._entries, uid, copy.deepcopy(saved.entries))
+        _put(self._pod_entries, uid, copy.deepcopy(saved.pod_entry))
+        _put(self._shared, uid, None if saved.shared is None else set(saved.shared))
+
     # queries ----------------------------------------------------------------------------------
 
     def has_blocks(self, pod_uid: str, name: str) -> bool:
@@ -598,3 +623,22 @@ class MemoryManager:
         mm._pod_entries = pod_entries
         mm._shared = {str(u): set(map(str, n)) for u, n in dict(data.get("podShared", {})).items()}
         return mm
+
+
+@dataclass(frozen=True)
+class SavedPodMemory:
+    """One pod's memory blocks and the machine state, as :meth:`MemoryManager.save_pod` read
+    them."""
+
+    pod_uid: str
+    machine_state: MachineState
+    entries: dict[str, list[Block]] | None
+    pod_entry: list[Block] | None
+    shared: set[str] | None
+
+
+def _put(table: dict[str, T], key: str, value: T | None) -> None:
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value

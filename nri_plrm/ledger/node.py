@@ -19,7 +19,9 @@ from typing import Any
 from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.checkpoint.journal import JournalError
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
+from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Changes, Engine
+from nri_plrm.engine.readmit import ReadmitRefused
 from nri_plrm.engine.spec import (
     AdmissionError,
     ContainerAssignment,
@@ -354,16 +356,27 @@ class NodeLedger:
         self.commit(op)
         return changes
 
-    def reclass(self, uid: str, kind: str) -> Changes:
-        """Re-admit an NRI-only pod as classic ("promote") or as its budget ("demote"). Raises
-        ``AdmissionError`` (back to the durable state) or :class:`NotSavedError`."""
+    def readmit(
+        self, uid: str, kind: str, name: str, cid: str, cspec: ContainerSpec
+    ) -> tuple[ContainerAssignment, Changes]:
+        """Re-admit an NRI-only pod as classic ("promote") or as its budget ("demote") and
+        place its container ``name`` (id ``cid``), as one decision. Raises ``ReadmitRefused``
+        (nothing changed; a refused container comes with its cause) or
+        :class:`NotSavedError` (undone)."""
         try:
-            changes, op = self._state.reclass(uid, kind)
-        except AdmissionError:
-            self._revert()
+            done, op = self._state.readmit(uid, kind, (name, cid, cspec), self._explain)
+        except ReadmitRefused as err:
+            if err.placing and self.observer is not None:
+                self.observer.record_placement_error(err.reason)
             raise
         self.commit(op)
-        return changes
+        assert done.assignment is not None
+        if self.observer is not None:
+            self.observer.record_placement(done.assignment)
+        return done.assignment, done.changes
+
+    def _explain(self, pod: PodSpec, err: AdmissionError, container: ContainerSpec) -> str:
+        return explain_rejection(self.engine, pod, err, container)
 
     def commit(self, op: Op, *, release: bool = False) -> None:
         """Make a decision durable before its reply. A failed write undoes a decision and raises
@@ -411,23 +424,6 @@ class NodeLedger:
             self._revert()
             raise NotSavedError(str(exc)) from exc
         self._update_read_model_and_export()
-
-    @contextmanager
-    def net_changes(self) -> Iterator[Changes]:
-        """A compound decision (``Engine.net_changes``): the other pods' containers that moved
-        are added to the yielded dict once, at the end, and their views rebuilt then."""
-        engine = self.engine
-        before = engine.node_shared_pool()
-        out: Changes = {}
-        try:
-            with engine.net_changes() as net:
-                yield out
-        finally:
-            out.update(net if self.engine is engine else self.engine.changes_since(before))
-            if out:
-                self._state.note(out)
-                if not self._batch:
-                    self._update_read_model_and_export()
 
     def _revert(self) -> None:
         """Back to the last durable state: the checkpoint plus the journaled records."""

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Changes, Engine
+from nri_plrm.engine.readmit import ReadmitRefused
 from nri_plrm.engine.spec import (
     AdmissionError,
     AssignmentType,
@@ -42,7 +43,7 @@ from nri_plrm.plugin.pool_updates import (
 )
 from nri_plrm.plugin.reconcile import Reconciler, SyncMemo, intent_of
 from nri_plrm.plugin.resizes import Resizes
-from nri_plrm.plugin.single_container import DEMOTE, SingleContainerInference
+from nri_plrm.plugin.single_container import DEMOTE, step, with_budget_quota
 from nri_plrm.podresources.devices import KubeletDevices, sandbox_devices, with_devices
 from nri_plrm.podsource.base import PodEventSink, PodRefusalSink, PodSpecSource
 from nri_plrm.podsource.lookups import SpecLookups
@@ -53,6 +54,7 @@ from nri_plrm.translate.nri_to_pod import (
     IntentError,
     container_spec,
     pod_identity,
+    readmitted_intent,
     resized_budget,
     resized_container,
 )
@@ -112,7 +114,6 @@ class Plugin:
             self.sent,
             metrics.observe_pool_update_lag if metrics is not None else None,
         )
-        self.inference = SingleContainerInference(ledger, self.log, self.outcomes.event)
         self.resizes = Resizes(
             ledger,
             metrics=metrics,
@@ -227,15 +228,20 @@ class Plugin:
         self.flusher.starting(container.id)
         updates = self.flusher.reply_updates(uid, changes, container.id)
         if kind == DEMOTE:
-            updates = self.inference.with_budget_quota(record, updates)
+            updates = with_budget_quota(record, updates)
             self.sent.forget(record.containers.values())  # their updates carried the quota too
         return adjust, updates
 
     def place_inferred(
         self, record: PodRecord, container: api.Container
     ) -> tuple[ContainerAssignment, Changes, str | None]:
-        """:meth:`place` after the NRI-only single-container inference; the step taken."""
-        return self.inference.place(record, container, self.place, self._send_later)
+        """:meth:`place` the container, or, when the NRI-only single-container inference calls
+        for a step (promote or demote), take it and place the container as one decision; the
+        step taken. A refusal raises ``NRIError``; nothing changed then."""
+        kind = step(record, container)
+        if kind is None:
+            return *self.place(record, container), None
+        return *self.place(record, container, kind), kind
 
     def update_container(
         self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
@@ -366,17 +372,37 @@ class Plugin:
         return await self.lookups.find(self.pod_specs, uid, namespace, name)
 
     def place(
-        self, record: PodRecord, container: api.Container
+        self, record: PodRecord, container: api.Container, readmit: str | None = None
     ) -> tuple[ContainerAssignment, Changes]:
+        """Place ``container`` (after re-admitting its pod as ``readmit`` says, as one
+        decision: ``NodeLedger.readmit``); a refusal raises ``NRIError``."""
         name = container.name
         cspec: ContainerSpec | None = None
         try:
             if record.spec is not None:
                 cspec = record.spec.container(name) or ContainerSpec(name)
             else:
-                cspec = container_spec(record.intent, container)
+                intent = record.intent
+                if readmit is not None:
+                    intent = readmitted_intent(intent, readmit)
+                cspec = container_spec(intent, container)
                 cspec = with_nri_devices(cspec, container, self.device_nodes)
-            assignment, changes = self.ledger.place(record.uid, name, container.id, cspec)
+            if readmit is not None:
+                uid, cid = record.uid, container.id
+                assignment, changes = self.ledger.readmit(uid, readmit, name, cid, cspec)
+                self.log.info(
+                    "pod=%s uid=%s %sd (single-container inference)", record.label(), uid, readmit
+                )
+            else:
+                assignment, changes = self.ledger.place(record.uid, name, container.id, cspec)
+        except ReadmitRefused as err:
+            if not err.placing:
+                self.outcomes.event(record, err, err.message)
+                raise NRIError(
+                    f"pod {record.label()} container {name}: {err.reason}: {err}"
+                ) from err
+            why = self.outcomes.rejected(record, name, err, err.cause)
+            raise NRIError(f"pod {record.label()} container {name}: {err.reason}: {why}") from err
         except AdmissionError as err:
             cause = explain_rejection(self.ledger.engine, record.pod_spec, err, cspec)
             why = self.outcomes.rejected(record, name, err, cause)
