@@ -33,7 +33,7 @@ from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.observability.metrics import Metrics
 from nri_plrm.plugin.cri_updates import CRIUpdater
-from nri_plrm.plugin.outcomes import Outcomes
+from nri_plrm.plugin.outcomes import Outcomes, durable
 from nri_plrm.plugin.pool_updates import (
     SentUpdates,
     UpdateFlusher,
@@ -62,12 +62,6 @@ from nri_plrm.translate.pod_to_cri import (
     assignment_update,
     fill_assignment,
 )
-
-INVALID_RESOURCES = "InvalidResources"
-"""Reason given when a container's NRI resources cannot be read."""
-UNPLACED_REASON = "UnexpectedAdmissionError"
-"""Reason counted and posted when a running container cannot get its allocation (the kubelet's
-reason for an allocation that fails after admission)."""
 
 
 class Plugin:
@@ -99,8 +93,9 @@ class Plugin:
         self.metrics = metrics
         self.log = logger or logging.getLogger("nri_plrm.plugin")
         self.events = events
-        self.outcomes = Outcomes(self.log, lambda: self._decision_level, events, refused)
-        self.decision_log = self.outcomes.decision_log
+        self.outcomes = Outcomes(
+            self.log, lambda: self._decision_level, events, refused, metrics=metrics
+        )
         self.lookups = SpecLookups(lookup_timeout, metrics)
         """Each NRI request waits ``lookup_timeout`` seconds at most for pod specs."""
         self._memo: SyncMemo | None = None
@@ -114,13 +109,7 @@ class Plugin:
             self.sent,
             metrics.observe_pool_update_lag if metrics is not None else None,
         )
-        self.resizes = Resizes(
-            ledger,
-            metrics=metrics,
-            log=self.log,
-            decision_log=self.decision_log,
-            event=self.outcomes.event,
-        )
+        self.resizes = Resizes(ledger, self.outcomes)
 
     def attach(
         self,
@@ -173,7 +162,8 @@ class Plugin:
             raise NRIError(f"pod {namespace}/{name}: {exc}") from exc
         spec, intent = with_devices(found, spec, intent)
         try:
-            record, changes = self.ledger.admit(uid, pod.id, intent, spec)
+            with durable():
+                record, changes = self.ledger.admit(uid, pod.id, intent, spec)
         except AdmissionError as err:
             record = PodRecord(intent=intent, sandbox_id=pod.id, spec=spec)
             cause = explain_rejection(
@@ -182,10 +172,7 @@ class Plugin:
                 err,
                 aggregate=None if spec else intent.aggregate,
             )
-            why = self.outcomes.rejected(record, "", err, cause)
-            raise NRIError(f"{err.reason}: {why}") from err
-        except NotSavedError as exc:
-            raise NRIError(str(exc)) from exc
+            raise self.outcomes.rejected(record, "", err, cause) from err
         self._send_later(changes)
         if self.log.isEnabledFor(self._decision_level):
             mode = "spec" if spec is not None else intent.mode.value
@@ -198,10 +185,8 @@ class Plugin:
         if record is None:
             return False
         if sandbox_id and record.sandbox_id != sandbox_id:
-            try:
+            with durable():
                 self.ledger.move_sandbox(uid, sandbox_id)
-            except NotSavedError as exc:
-                raise NRIError(str(exc)) from exc
             self.log.info("pod=%s uid=%s moved to sandbox %s", record.label(), uid, sandbox_id)
         return True
 
@@ -339,7 +324,7 @@ class Plugin:
         self._memo = memo = SyncMemo()
         try:
             with self.lookups.batch(), self.ledger.batch():
-                reconciler = Reconciler(self, memo)
+                reconciler = Reconciler(self, self.ledger, self.outcomes, memo)
                 updates = await reconciler.run(pods, containers)
         except NotSavedError as exc:
             raise NRIError(f"reconciliation not applied: {exc}") from exc
@@ -387,35 +372,28 @@ class Plugin:
                     intent = readmitted_intent(intent, readmit)
                 cspec = container_spec(intent, container)
                 cspec = with_nri_devices(cspec, container, self.device_nodes)
-            if readmit is not None:
-                uid, cid = record.uid, container.id
-                assignment, changes = self.ledger.readmit(uid, readmit, name, cid, cspec)
-                self.log.info(
-                    "pod=%s uid=%s %sd (single-container inference)", record.label(), uid, readmit
-                )
-            else:
-                assignment, changes = self.ledger.place(record.uid, name, container.id, cspec)
+            with durable():
+                if readmit is not None:
+                    uid, cid = record.uid, container.id
+                    assignment, changes = self.ledger.readmit(uid, readmit, name, cid, cspec)
+                    self.log.info(
+                        "pod=%s uid=%s %sd (single-container inference)",
+                        record.label(),
+                        uid,
+                        readmit,
+                    )
+                else:
+                    assignment, changes = self.ledger.place(record.uid, name, container.id, cspec)
         except ReadmitRefused as err:
             if not err.placing:
-                self.outcomes.event(record, err, err.message)
-                raise NRIError(
-                    f"pod {record.label()} container {name}: {err.reason}: {err}"
-                ) from err
-            why = self.outcomes.rejected(record, name, err, err.cause)
-            raise NRIError(f"pod {record.label()} container {name}: {err.reason}: {why}") from err
+                raise self.outcomes.not_readmitted(record, name, err) from err
+            raise self.outcomes.rejected(record, name, err, err.cause) from err
         except AdmissionError as err:
             cause = explain_rejection(self.ledger.engine, record.pod_spec, err, cspec)
-            why = self.outcomes.rejected(record, name, err, cause)
-            raise NRIError(f"pod {record.label()} container {name}: {err.reason}: {why}") from err
+            raise self.outcomes.rejected(record, name, err, cause) from err
         except IntentError as err:
-            if self.metrics is not None:
-                self.metrics.record_placement_error(INVALID_RESOURCES)
-            why = f"{INVALID_RESOURCES}: {err}"
-            self.decision_log(record, name, None, f"rejected {why}")
-            raise NRIError(f"pod {record.label()} container {name}: {why}") from err
-        except NotSavedError as exc:
-            raise NRIError(str(exc)) from exc
-        self.decision_log(record, name, assignment, _reason(assignment))
+            raise self.outcomes.invalid(record, name, err) from err
+        self.outcomes.decision_log(record, name, assignment, _reason(assignment))
         return assignment, changes
 
     def node_pool_fallback(
@@ -423,30 +401,10 @@ class Plugin:
     ) -> ContainerAssignment:
         """A known container that cannot get its allocation runs in the node shared pool, never
         on every CPU: recorded, logged, counted (unless ``counted`` already) and posted."""
-        try:
+        with durable():
             assignment = self.ledger.node_shared(record.uid, ctr.name, ctr.id)
-        except NotSavedError as exc:
-            raise NRIError(str(exc)) from exc
-        self.log.warning(
-            "pod=%s uid=%s container=%s cannot get its allocation (%s): node shared pool %s",
-            record.label(),
-            record.uid,
-            ctr.name,
-            why,
-            assignment.cpus,
-            extra={"plrm": {"event": "fallback", "pod": record.label(), "uid": record.uid}},
-        )
-        if self.metrics is not None and not counted:
-            self.metrics.record_placement_error(UNPLACED_REASON)
-        if self.events is not None:
-            spec = record.intent.spec
-            message = f"container {ctr.name} runs in the node shared pool: {why}"
-            self.events.record(spec.uid, spec.namespace, spec.name, UNPLACED_REASON, message[:1000])
+        self.outcomes.in_node_pool(record, ctr.name, why, assignment, counted=counted)
         return assignment
-
-    def count_reconcile(self, action: str) -> None:
-        if self.metrics is not None:
-            self.metrics.record_reconcile(action)
 
     def _send_later(self, changes: Iterable[ContainerKey], *, grown: bool = False) -> None:
         """Queue pool changes for the flusher, sent once the node settled (Synchronize answers
