@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 
 from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.explain import explain_rejection
-from nri_plrm.engine.facade import Changes, Engine
+from nri_plrm.engine.facade import Engine
 from nri_plrm.engine.readmit import ReadmitRefused
 from nri_plrm.engine.spec import (
     AdmissionError,
@@ -29,6 +29,7 @@ from nri_plrm.engine.spec import (
     PodSpec,
 )
 from nri_plrm.ledger import NodeLedger, NotSavedError
+from nri_plrm.ledger.decision import Decision
 from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.observability.metrics import Metrics
@@ -163,7 +164,7 @@ class Plugin:
         spec, intent = with_devices(found, spec, intent)
         try:
             with durable():
-                record, changes = self.ledger.admit(uid, pod.id, intent, spec)
+                admitted = self.ledger.admit(uid, pod.id, intent, spec)
         except AdmissionError as err:
             record = PodRecord(intent=intent, sandbox_id=pod.id, spec=spec)
             cause = explain_rejection(
@@ -173,7 +174,8 @@ class Plugin:
                 aggregate=None if spec else intent.aggregate,
             )
             raise self.outcomes.rejected(record, "", err, cause) from err
-        self._send_later(changes)
+        record = admitted.record
+        self._send_later(admitted.changes)
         if self.log.isEnabledFor(self._decision_level):
             mode = "spec" if spec is not None else intent.mode.value
             _log_admitted(self.log, self._decision_level, record, mode, self.ledger.engine)
@@ -207,11 +209,12 @@ class Plugin:
             )
             self.sent.record([(container.id, assignment)])
             return _adjustment(assignment), []
-        assignment, changes, kind = self.place_inferred(record, container)
+        decision, kind = self.place_inferred(record, container)
+        assignment = decision.placed
         adjust = _adjustment(assignment)
         self.sent.record([(container.id, assignment)])
         self.flusher.starting(container.id)
-        updates = self.flusher.reply_updates(uid, changes, container.id)
+        updates = self.flusher.reply_updates(uid, decision.changes, container.id)
         if kind == DEMOTE:
             updates = with_budget_quota(record, updates)
             self.sent.forget(record.containers.values())  # their updates carried the quota too
@@ -219,14 +222,12 @@ class Plugin:
 
     def place_inferred(
         self, record: PodRecord, container: api.Container
-    ) -> tuple[ContainerAssignment, Changes, str | None]:
+    ) -> tuple[Decision, str | None]:
         """:meth:`place` the container, or, when the NRI-only single-container inference calls
         for a step (promote or demote), take it and place the container as one decision; the
         step taken. A refusal raises ``NRIError``; nothing changed then."""
         kind = step(record, container)
-        if kind is None:
-            return *self.place(record, container), None
-        return *self.place(record, container, kind), kind
+        return self.place(record, container, kind), kind
 
     def update_container(
         self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
@@ -243,9 +244,10 @@ class Plugin:
         if new is None:  # the kubelet's values replaced the pinning: assert it again
             current = targets_for(self.ledger, self.ledger.assignments([key]))
             return reply_updates(self.sent, current, again=True)
-        assignment, changes = self.resizes.container(record, key[1], new)
+        resized = self.resizes.container(record, key[1], new)
+        assignment = resized.placed
         self.sent.record([(container.id, assignment)])
-        own = self.flusher.reply_updates(key[0], changes, container.id)
+        own = self.flusher.reply_updates(key[0], resized.changes, container.id)
         return [assignment_update(container.id, assignment), *own]
 
     def update_pod_sandbox(
@@ -263,7 +265,7 @@ class Plugin:
             return
         intent = resized_budget(record.intent, resources)
         if intent is not None:
-            self._send_later(self.resizes.pod(record, intent))
+            self._send_later(self.resizes.pod(record, intent).changes)
 
     def follow_pod(self, spec: PodSpec) -> None:
         """API mode: the pod cache saw this pod's resources change (an in-place resize)."""
@@ -358,7 +360,7 @@ class Plugin:
 
     def place(
         self, record: PodRecord, container: api.Container, readmit: str | None = None
-    ) -> tuple[ContainerAssignment, Changes]:
+    ) -> Decision:
         """Place ``container`` (after re-admitting its pod as ``readmit`` says, as one
         decision: ``NodeLedger.readmit``); a refusal raises ``NRIError``."""
         name = container.name
@@ -375,7 +377,7 @@ class Plugin:
             with durable():
                 if readmit is not None:
                     uid, cid = record.uid, container.id
-                    assignment, changes = self.ledger.readmit(uid, readmit, name, cid, cspec)
+                    decision = self.ledger.readmit(uid, readmit, name, cid, cspec)
                     self.log.info(
                         "pod=%s uid=%s %sd (single-container inference)",
                         record.label(),
@@ -383,7 +385,7 @@ class Plugin:
                         readmit,
                     )
                 else:
-                    assignment, changes = self.ledger.place(record.uid, name, container.id, cspec)
+                    decision = self.ledger.place(record.uid, name, container.id, cspec)
         except ReadmitRefused as err:
             if not err.placing:
                 raise self.outcomes.not_readmitted(record, name, err) from err
@@ -393,8 +395,8 @@ class Plugin:
             raise self.outcomes.rejected(record, name, err, cause) from err
         except IntentError as err:
             raise self.outcomes.invalid(record, name, err) from err
-        self.outcomes.decision_log(record, name, assignment, _reason(assignment))
-        return assignment, changes
+        self.outcomes.decision_log(record, name, decision.placed, _reason(decision.placed))
+        return decision
 
     def node_pool_fallback(
         self, record: PodRecord, ctr: api.Container, why: str, *, counted: bool

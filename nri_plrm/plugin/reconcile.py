@@ -20,7 +20,8 @@ from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.adoption import AdoptionError, exclusive_request, has_budget
 from nri_plrm.engine.spec import CPU, ContainerAssignment, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger, rebuild
-from nri_plrm.ledger.tables import ContainerKey, PodRecord
+from nri_plrm.ledger.decision import Decision
+from nri_plrm.ledger.tables import PodRecord
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.plugin.outcomes import Outcomes, durable
 from nri_plrm.proto import nri_api_pb2 as api
@@ -80,7 +81,7 @@ class ReconcileHost(Protocol):
 
     def place_inferred(
         self, record: PodRecord, container: api.Container
-    ) -> tuple[ContainerAssignment, dict[ContainerKey, ContainerAssignment], str | None]: ...
+    ) -> tuple[Decision, str | None]: ...
 
     def node_pool_fallback(
         self, record: PodRecord, ctr: api.Container, why: str, *, counted: bool

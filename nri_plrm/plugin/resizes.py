@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from nri_plrm.engine.facade import Changes
-from nri_plrm.engine.spec import AdmissionError, ContainerAssignment, ContainerSpec, PodSpec
+from nri_plrm.engine.spec import AdmissionError, ContainerSpec, PodSpec
 from nri_plrm.ledger import NodeLedger
+from nri_plrm.ledger.decision import Decision
 from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.plugin.outcomes import Outcomes, durable
@@ -27,30 +27,27 @@ class Resizes:
         self.ledger = ledger
         self.outcomes = outcomes
 
-    def container(
-        self, record: PodRecord, name: str, new: ContainerSpec
-    ) -> tuple[ContainerAssignment, Changes]:
+    def container(self, record: PodRecord, name: str, new: ContainerSpec) -> Decision:
         """Resize a container; raises ``NRIError`` with the kubelet's message when refused."""
         try:
             with durable():
-                assignment, changes = self.ledger.resize((record.uid, name), new)
+                resized = self.ledger.resize((record.uid, name), new)
         except AdmissionError as err:
             raise self.refused(record, name, err) from err
-        self.outcomes.decision_log(
-            record, name, assignment, f"resized, {assignment.assignment.value}"
-        )
-        return assignment, changes
+        value = resized.placed.assignment.value
+        self.outcomes.decision_log(record, name, resized.placed, f"resized, {value}")
+        return resized
 
-    def pod(self, record: PodRecord, intent: PodIntent) -> Changes:
+    def pod(self, record: PodRecord, intent: PodIntent) -> Decision:
         """Resize a pod budget; raises ``NRIError`` with the kubelet's message when refused."""
         try:
             with durable():
-                changes = self.ledger.resize_pod(record.uid, intent)
+                resized = self.ledger.resize_pod(record.uid, intent)
         except AdmissionError as err:
             raise self.refused(record, "", err) from err
         cpus = self.ledger.engine.pod_cpus(record.uid)
         self.outcomes.decision_log(record, "", None, f"pod resized, pod cpus {cpus or '-'}")
-        return changes
+        return resized
 
     def follow(self, spec: PodSpec) -> list[ContainerKey]:
         """API mode: the pod cache saw this pod's resources change. Run the resize now, as its
@@ -67,14 +64,15 @@ class Resizes:
                 known.requests,
                 known.limits,
             ):
-                changed.update(dict.fromkeys(self.pod(record, budget_intent(record.intent, spec))))
+                resized = self.pod(record, budget_intent(record.intent, spec))
+                changed.update(dict.fromkeys(resized.changes))
             for ctr in spec.all_containers():
                 old = known.container(ctr.name)
                 if old is None or ctr.name not in record.containers:
                     continue
                 if (old.requests, old.limits) != (ctr.requests, ctr.limits):
                     new = replace(ctr, kind=old.kind)
-                    changed.update(dict.fromkeys(self.container(record, ctr.name, new)[1]))
+                    changed.update(dict.fromkeys(self.container(record, ctr.name, new).changes))
                     changed[(spec.uid, ctr.name)] = None
         except NRIError as exc:
             self.outcomes.log.warning(
