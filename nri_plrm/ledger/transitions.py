@@ -8,14 +8,14 @@ so a restarted plugin reaches the same state (the engine is deterministic).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from functools import partial
 from typing import Any, cast
 
 from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.adoption import adopt_container, adopt_sandbox, place_in_node_pool
 from nri_plrm.engine.facade import Changes, Engine
 from nri_plrm.engine.readmit import Explain, Readmitted
-from nri_plrm.engine.resize import resize_container, resize_pod, with_container
+from nri_plrm.engine.resize import resize_container, resize_pod
 from nri_plrm.engine.spec import (
     AdmissionError,
     AssignmentType,
@@ -91,7 +91,8 @@ class Transitions:
             changes = self.engine.admit_pod(spec)
         else:
             changes = self.engine.admit_sandbox(intent.spec, intent.aggregate)
-        record = PodRecord(intent=intent, sandbox_id=sandbox_id, spec=spec)
+        whole = None if spec is None else partial(self.engine.pod_spec, uid)
+        record = PodRecord(intent=intent, sandbox_id=sandbox_id, whole=whole)
         self.tables.pods[uid] = record
         op: Op = {
             "op": "admit",
@@ -240,10 +241,9 @@ class Transitions:
     ) -> tuple[ContainerAssignment, Changes, Op]:
         """Resize a container in place (engine/resize.py). Raises ``AdmissionError`` with the
         kubelet's reason and message; nothing changes then."""
-        record = self.tables.pods[uid]
+        if uid not in self.tables.pods:
+            raise KeyError(uid)
         assignment, changes = resize_container(self.engine, uid, new)
-        if record.spec is not None:
-            record.spec = with_container(record.spec, new)
         op: Op = {"op": "resize", "uid": uid, "name": name, "container": container_to_dict(new)}
         return assignment, self._changed(uid, changes), op
 
@@ -254,8 +254,6 @@ class Transitions:
         requests, limits = intent.spec.requests or {}, intent.spec.limits or {}
         changes = resize_pod(self.engine, uid, requests, limits)
         record.intent = intent
-        if record.spec is not None:
-            record.spec = replace(record.spec, requests=dict(requests), limits=dict(limits))
         op: Op = {"op": "resize_pod", "uid": uid, "intent": intent_to_dict(intent)}
         return self._changed(uid, changes), op
 

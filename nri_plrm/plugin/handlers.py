@@ -30,7 +30,7 @@ from nri_plrm.engine.spec import (
 )
 from nri_plrm.ledger import NodeLedger, NotSavedError
 from nri_plrm.ledger.decision import Decision
-from nri_plrm.ledger.tables import ContainerKey, PodRecord
+from nri_plrm.ledger.tables import ContainerKey, PodRecord, kept_spec
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.observability.metrics import Metrics
 from nri_plrm.plugin.cri_updates import CRIUpdater
@@ -166,7 +166,8 @@ class Plugin:
             with durable():
                 admitted = self.ledger.admit(uid, pod.id, intent, spec)
         except AdmissionError as err:
-            record = PodRecord(intent=intent, sandbox_id=pod.id, spec=spec)
+            whole = None if spec is None else kept_spec(spec)
+            record = PodRecord(intent=intent, sandbox_id=pod.id, whole=whole)
             cause = explain_rejection(
                 self.ledger.engine,
                 spec or intent.spec,
