@@ -8,7 +8,6 @@ containers' blocks are views of them. Init-container reuse (the kubelet's
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,6 +28,8 @@ from nri_plrm.engine.memory_state import (
     MemoryManagerConfig,
     MemoryManagerConfigError,
     MemoryStateError,
+    MemoryTable,
+    NodeState,
     block_from_dict,
     default_machine_state,
     machine_state_from_dict,
@@ -486,21 +487,26 @@ class MemoryManager:
 
     def save_pod(self, pod_uid: str) -> SavedPodMemory:
         """The pod's blocks and the machine state now, for :meth:`restore_pod`."""
+        entries = self._entries.get(pod_uid)
+        pod_entry = self._pod_entries.get(pod_uid)
         shared = self._shared.get(pod_uid)
         return SavedPodMemory(
             pod_uid,
-            copy.deepcopy(self.machine_state),
-            copy.deepcopy(self._entries.get(pod_uid)),
-            copy.deepcopy(self._pod_entries.get(pod_uid)),
+            _copied_state(self.machine_state),
+            None if entries is None else {name: _copied(b) for name, b in entries.items()},
+            None if pod_entry is None else _copied(pod_entry),
             None if shared is None else set(shared),
         )
 
     def restore_pod(self, saved: SavedPodMemory) -> None:
         """Back to ``saved``: valid when only that pod changed since :meth:`save_pod`."""
         uid = saved.pod_uid
-        self.machine_state = copy.deepcopy(saved.machine_state)
-        _put(self._entries, uid, copy.deepcopy(saved.entries))
-        _put(self._pod_entries, uid, copy.deepcopy(saved.pod_entry))
+        entries, pod_entry = saved.entries, saved.pod_entry
+        self.machine_state = _copied_state(saved.machine_state)
+        if entries is not None:
+            entries = {name: _copied(blocks) for name, blocks in entries.items()}
+        _put(self._entries, uid, entries)
+        _put(self._pod_entries, uid, None if pod_entry is None else _copied(pod_entry))
         _put(self._shared, uid, None if saved.shared is None else set(saved.shared))
 
     # queries ----------------------------------------------------------------------------------
@@ -642,3 +648,23 @@ def _put(table: dict[str, T], key: str, value: T | None) -> None:
         table.pop(key, None)
     else:
         table[key] = value
+
+
+def _copied(blocks: list[Block]) -> list[Block]:
+    return [Block(b.numa, b.type, b.size) for b in blocks]
+
+
+def _copied_state(state: MachineState) -> MachineState:
+    """A copy of ``state`` sharing nothing mutable (a deep copy, written out: ``deepcopy`` made
+    saving one pod cost more than placing it)."""
+    return {
+        node: NodeState(
+            {
+                name: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
+                for name, t in ns.memory_map.items()
+            },
+            list(ns.cells),
+            ns.number_of_assignments,
+        )
+        for node, ns in state.items()
+    }
