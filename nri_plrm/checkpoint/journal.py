@@ -25,9 +25,12 @@ from nri_plrm.checkpoint.store import NewerFormatError
 
 JOURNAL_FILE = "journal.jsonl"
 """File name of the journal inside the state directory."""
-JOURNAL_FORMAT = 1
+JOURNAL_FORMAT = 2
 """The journal format this code writes (the header's ``format``; a header without one is 1).
-A journal of a newer format is refused (:class:`NewerFormatError`), never misread."""
+A journal of a newer format is refused (:class:`NewerFormatError`), never misread. Format 2
+added the ``readmit`` record (a promotion or demotion with the container it is for, one
+decision), which a format-1 reader would stop at as damage and drop the decisions after it;
+format-1 journals (``promote``/``demote`` then ``place``) are read as they are."""
 
 Record = dict[str, Any]
 """One journal record (a decision's inputs, replayable through the engine)."""

@@ -14,7 +14,8 @@ Go map iteration is replaced by spec order and ascending ids.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.cpu_assignment import (
@@ -55,6 +56,8 @@ POLICY_STATIC = "static"
 ISOLATION_HOST = "host"
 ISOLATION_POD = "pod"
 ISOLATION_CONTAINER = "container"
+
+T = TypeVar("T")
 
 
 class CPUManager:
@@ -528,6 +531,30 @@ class CPUManager:
         self._pool_consumers.pop(pod_uid, None)
         self._exclusive_inits.pop(pod_uid, None)
 
+    # -- one pod saved and put back (Engine.readmit) -------------------------------------------
+    def save_pod(self, pod_uid: str) -> SavedPodCPUs:
+        """The pod's entries and the default set now, for :meth:`restore_pod`."""
+        entries = self._entries.get(pod_uid)
+        consumers = self._pool_consumers.get(pod_uid)
+        inits = self._exclusive_inits.get(pod_uid)
+        return SavedPodCPUs(
+            pod_uid,
+            self._default,
+            None if entries is None else dict(entries),
+            self._pod_entries.get(pod_uid),
+            None if consumers is None else set(consumers),
+            None if inits is None else set(inits),
+        )
+
+    def restore_pod(self, saved: SavedPodCPUs) -> None:
+        """Back to ``saved``: valid when only that pod changed since :meth:`save_pod`."""
+        uid = saved.pod_uid
+        self._default = saved.default
+        _put(self._entries, uid, None if saved.entries is None else dict(saved.entries))
+        _put(self._pod_entries, uid, saved.pod_entry)
+        _put(self._pool_consumers, uid, _copied(saved.pool_consumers))
+        _put(self._exclusive_inits, uid, _copied(saved.exclusive_inits))
+
     # -- checkpoint --------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """JSON-able state: policy, default set, entries, pod entries, pool bookkeeping."""
@@ -597,3 +624,26 @@ class CPUManager:
         self._pod_entries = pods
         self._pool_consumers = {}
         self._exclusive_inits = {}
+
+
+@dataclass(frozen=True)
+class SavedPodCPUs:
+    """One pod's CPU entries and the default set, as :meth:`CPUManager.save_pod` read them."""
+
+    pod_uid: str
+    default: CPUSet
+    entries: dict[str, CPUSet] | None
+    pod_entry: CPUSet | None
+    pool_consumers: set[str] | None
+    exclusive_inits: set[str] | None
+
+
+def _put(table: dict[str, T], key: str, value: T | None) -> None:
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value
+
+
+def _copied(names: set[str] | None) -> set[str] | None:
+    return None if names is None else set(names)

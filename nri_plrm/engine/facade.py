@@ -11,7 +11,7 @@ docs/design.md explains the incremental rules and where they meet the kubelet's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,6 +34,7 @@ from nri_plrm.engine.memory_manager import MemoryManager
 from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.node_shared import NodeSharedSet
 from nri_plrm.engine.pod_budget import check_slice, cpu_pool_emptied, memory_pool_emptied
+from nri_plrm.engine.readmit import Explain, ReadmitRefused, Readmitted, SavedPod
 from nri_plrm.engine.spec import (
     CPU,
     EMPTY_POD_SHARED_POOL_ERROR,
@@ -388,6 +389,91 @@ class Engine:
         self._pods.pop(pod_uid, None)
         self._node_shared.discard_pod(pod_uid)
         return self._changes_since(before)
+
+    # -- readmit (nri_plrm/engine/readmit.py) ---------------------------------------------------
+
+    def readmit(
+        self,
+        pod: PodSpec,
+        aggregate: ResourceList | None,
+        containers: Sequence[ContainerSpec],
+        stopped: Collection[str],
+        new: ContainerSpec | None = None,
+        explain: Explain | None = None,
+    ) -> Readmitted:
+        """Re-admit ``pod`` under another kind (budget, or classic with ``aggregate``) with
+        ``containers`` (those in ``stopped`` stopped again), then place ``new``, as one
+        operation (:mod:`nri_plrm.engine.readmit`); the placed container's assignment and the
+        other containers that changed (the pod's own, then the node-shared ones once). Raises
+        ``ReadmitRefused`` (``explain`` gives a refused ``new`` its cause); the pod's entries
+        are put back then, so the engine is exactly as before."""
+        uid = pod.uid
+        saved = self.save_pod(uid)
+        own: dict[tuple[str, str], None] = {}
+        placed: Changes = {}
+        assignment: ContainerAssignment | None = None
+        try:
+            with self.net_changes() as net:
+                self.remove_pod(uid)
+                try:
+                    self.admit_sandbox(pod, aggregate)
+                    for spec in containers:
+                        own.update(dict.fromkeys(self.add_container(pod, spec)[1]))
+                        own[(uid, spec.name)] = None
+                        if spec.name in stopped:
+                            own.update(dict.fromkeys(self.stop_container(uid, spec.name)))
+                except AdmissionError as err:
+                    raise ReadmitRefused(err, placing=False) from err
+                new_key = None if new is None else (uid, new.name)
+                changes = {
+                    k: a for k in own if k != new_key and (a := self.assignment(*k)) is not None
+                }
+                if new is not None:
+                    try:
+                        assignment, placed = self.add_container(pod, new)
+                    except AdmissionError as err:
+                        cause = "" if explain is None else explain(pod, err, new)
+                        raise ReadmitRefused(err, placing=True, cause=cause) from err
+        except ReadmitRefused:
+            self.restore_pod(saved)
+            raise
+        changes.update(placed)
+        changes.update(net)
+        return Readmitted(assignment, changes)
+
+    def save_pod(self, pod_uid: str) -> SavedPod:
+        """Everything the engine and its managers hold for one pod, for :meth:`restore_pod`."""
+        record = self._pods.get(pod_uid)
+        if record is not None:
+            record = replace(
+                record,
+                containers=list(record.containers),
+                stopped=set(record.stopped),
+                shared=set(record.shared),
+                baselines=dict(record.baselines),
+            )
+        return SavedPod(
+            pod_uid,
+            record,
+            tuple(self._node_shared.names(pod_uid)),
+            self.cpu_manager.save_pod(pod_uid),
+            self.memory_manager.save_pod(pod_uid),
+            self.topology_manager.pod_affinity(pod_uid),
+        )
+
+    def restore_pod(self, saved: SavedPod) -> None:
+        """Back to ``saved``; valid when only that pod changed since :meth:`save_pod`."""
+        uid = saved.pod_uid
+        self.cpu_manager.restore_pod(saved.cpus)
+        self.memory_manager.restore_pod(saved.memory)
+        self.topology_manager.set_pod_affinity(uid, saved.affinity)
+        if saved.record is None:
+            self._pods.pop(uid, None)
+        else:
+            self._pods[uid] = saved.record
+        self._node_shared.discard_pod(uid)
+        for name in saved.node_shared:
+            self._node_shared.add((uid, name))
 
     # -- in-place resize (nri_plrm/engine/resize.py) -------------------------------------------
 

@@ -9,7 +9,8 @@ containers' blocks are views of them. Init-container reuse (the kubelet's
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from nri_plrm.engine.bitmask import bits, mask_of
 from nri_plrm.engine.cpu_requests import (
@@ -27,6 +28,8 @@ from nri_plrm.engine.memory_state import (
     MemoryManagerConfig,
     MemoryManagerConfigError,
     MemoryStateError,
+    MemoryTable,
+    NodeState,
     block_from_dict,
     default_machine_state,
     machine_state_from_dict,
@@ -45,6 +48,8 @@ from nri_plrm.engine.spec import (
     TopologyHint,
 )
 from nri_plrm.topology.model import Topology
+
+T = TypeVar("T")
 
 
 def _pod_guaranteed(pod: PodSpec) -> bool:
@@ -478,6 +483,32 @@ class MemoryManager:
     def _forget(self, pod_uid: str) -> None:
         self._shared.pop(pod_uid, None)
 
+    # one pod saved and put back (Engine.readmit) --------------------------------------------
+
+    def save_pod(self, pod_uid: str) -> SavedPodMemory:
+        """The pod's blocks and the machine state now, for :meth:`restore_pod`."""
+        entries = self._entries.get(pod_uid)
+        pod_entry = self._pod_entries.get(pod_uid)
+        shared = self._shared.get(pod_uid)
+        return SavedPodMemory(
+            pod_uid,
+            _copied_state(self.machine_state),
+            None if entries is None else {name: _copied(b) for name, b in entries.items()},
+            None if pod_entry is None else _copied(pod_entry),
+            None if shared is None else set(shared),
+        )
+
+    def restore_pod(self, saved: SavedPodMemory) -> None:
+        """Back to ``saved``: valid when only that pod changed since :meth:`save_pod`."""
+        uid = saved.pod_uid
+        entries, pod_entry = saved.entries, saved.pod_entry
+        self.machine_state = _copied_state(saved.machine_state)
+        if entries is not None:
+            entries = {name: _copied(blocks) for name, blocks in entries.items()}
+        _put(self._entries, uid, entries)
+        _put(self._pod_entries, uid, None if pod_entry is None else _copied(pod_entry))
+        _put(self._shared, uid, None if saved.shared is None else set(saved.shared))
+
     # queries ----------------------------------------------------------------------------------
 
     def has_blocks(self, pod_uid: str, name: str) -> bool:
@@ -598,3 +629,42 @@ class MemoryManager:
         mm._pod_entries = pod_entries
         mm._shared = {str(u): set(map(str, n)) for u, n in dict(data.get("podShared", {})).items()}
         return mm
+
+
+@dataclass(frozen=True)
+class SavedPodMemory:
+    """One pod's memory blocks and the machine state, as :meth:`MemoryManager.save_pod` read
+    them."""
+
+    pod_uid: str
+    machine_state: MachineState
+    entries: dict[str, list[Block]] | None
+    pod_entry: list[Block] | None
+    shared: set[str] | None
+
+
+def _put(table: dict[str, T], key: str, value: T | None) -> None:
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value
+
+
+def _copied(blocks: list[Block]) -> list[Block]:
+    return [Block(b.numa, b.type, b.size) for b in blocks]
+
+
+def _copied_state(state: MachineState) -> MachineState:
+    """A copy of ``state`` sharing nothing mutable (a deep copy, written out: ``deepcopy`` made
+    saving one pod cost more than placing it)."""
+    return {
+        node: NodeState(
+            {
+                name: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
+                for name, t in ns.memory_map.items()
+            },
+            list(ns.cells),
+            ns.number_of_assignments,
+        )
+        for node, ns in state.items()
+    }

@@ -13,7 +13,7 @@ a total order the order only matters for identical values, which are interchange
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol
@@ -414,6 +414,17 @@ class TopologyManager:
     def remove_pod(self, pod_uid: str) -> None:
         """Forget every hint of a pod."""
         self._affinity.pop(pod_uid, None)
+
+    def pod_affinity(self, pod_uid: str) -> dict[str, TopologyHint]:
+        """Every hint stored for a pod's containers (a copy)."""
+        return dict(self._affinity.get(pod_uid, {}))
+
+    def set_pod_affinity(self, pod_uid: str, hints: Mapping[str, TopologyHint]) -> None:
+        """Replace the hints stored for a pod's containers (none: forget them)."""
+        if hints:
+            self._affinity[pod_uid] = dict(hints)
+        else:
+            self._affinity.pop(pod_uid, None)
 
     # admission flows --------------------------------------------------------------------------
 

@@ -19,7 +19,9 @@ from typing import Any
 from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.checkpoint.journal import JournalError
 from nri_plrm.checkpoint.store import CheckpointError, CheckpointStore
+from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Changes, Engine
+from nri_plrm.engine.readmit import ReadmitRefused
 from nri_plrm.engine.spec import (
     AdmissionError,
     ContainerAssignment,
@@ -28,6 +30,7 @@ from nri_plrm.engine.spec import (
     PodSpec,
 )
 from nri_plrm.engine.topology_manager import POLICY_NONE
+from nri_plrm.ledger.decision import Decision
 from nri_plrm.ledger.observer import LedgerObserver
 from nri_plrm.ledger.persistence import Persistence
 from nri_plrm.ledger.read_model import ReadModel
@@ -246,9 +249,7 @@ class NodeLedger:
 
     # ----------------------------------------------------------------- decisions
 
-    def admit(
-        self, uid: str, sandbox_id: str, intent: PodIntent, spec: PodSpec | None
-    ) -> tuple[PodRecord, Changes]:
+    def admit(self, uid: str, sandbox_id: str, intent: PodIntent, spec: PodSpec | None) -> Decision:
         """Admit a pod (whole when ``spec`` is given). Raises ``AdmissionError`` (nothing
         changed) or :class:`NotSavedError` (undone)."""
         try:
@@ -258,7 +259,7 @@ class NodeLedger:
             raise
         self.commit(op)
         self._count_admission(None)
-        return record, changes
+        return Decision(record, None, changes)
 
     def _count_admission(self, reason: str | None) -> None:
         # The kubelet's none policy admits without the topology manager: nothing to count.
@@ -308,9 +309,7 @@ class NodeLedger:
         self.commit(op)
         return assignment
 
-    def place(
-        self, uid: str, name: str, cid: str, cspec: ContainerSpec
-    ) -> tuple[ContainerAssignment, Changes]:
+    def place(self, uid: str, name: str, cid: str, cspec: ContainerSpec) -> Decision:
         """Place a container. Raises ``AdmissionError`` or :class:`NotSavedError`."""
         try:
             assignment, changes, op = self._state.place(uid, name, cid, cspec)
@@ -321,7 +320,7 @@ class NodeLedger:
         self.commit(op)
         if self.observer is not None:
             self.observer.record_placement(assignment)
-        return assignment, changes
+        return Decision(self._state.tables.pods[uid], assignment, changes)
 
     def stop(self, key: ContainerKey) -> Changes:
         """The container exited."""
@@ -341,29 +340,38 @@ class NodeLedger:
         self.commit(op, release=True)
         return record, changes
 
-    def resize(self, key: ContainerKey, new: ContainerSpec) -> tuple[ContainerAssignment, Changes]:
+    def resize(self, key: ContainerKey, new: ContainerSpec) -> Decision:
         """Resize a container in place. Raises ``AdmissionError`` (nothing changed; the caller
         counts the refusal) or :class:`NotSavedError` (undone)."""
         assignment, changes, op = self._state.resize(*key, new)
         self.commit(op)
-        return assignment, changes
+        return Decision(self._state.tables.pods[key[0]], assignment, changes)
 
-    def resize_pod(self, uid: str, intent: PodIntent) -> Changes:
+    def resize_pod(self, uid: str, intent: PodIntent) -> Decision:
         """Resize a pod budget in place. Raises ``AdmissionError`` or :class:`NotSavedError`."""
         changes, op = self._state.resize_pod(uid, intent)
         self.commit(op)
-        return changes
+        return Decision(self._state.tables.pods[uid], None, changes)
 
-    def reclass(self, uid: str, kind: str) -> Changes:
-        """Re-admit an NRI-only pod as classic ("promote") or as its budget ("demote"). Raises
-        ``AdmissionError`` (back to the durable state) or :class:`NotSavedError`."""
+    def readmit(self, uid: str, kind: str, name: str, cid: str, cspec: ContainerSpec) -> Decision:
+        """Re-admit an NRI-only pod as classic ("promote") or as its budget ("demote") and
+        place its container ``name`` (id ``cid``), as one decision. Raises ``ReadmitRefused``
+        (nothing changed; a refused container comes with its cause) or
+        :class:`NotSavedError` (undone)."""
         try:
-            changes, op = self._state.reclass(uid, kind)
-        except AdmissionError:
-            self._revert()
+            done, op = self._state.readmit(uid, kind, (name, cid, cspec), self._explain)
+        except ReadmitRefused as err:
+            if err.placing and self.observer is not None:
+                self.observer.record_placement_error(err.reason)
             raise
         self.commit(op)
-        return changes
+        decision = Decision(self._state.tables.pods[uid], done.assignment, done.changes)
+        if self.observer is not None:
+            self.observer.record_placement(decision.placed)
+        return decision
+
+    def _explain(self, pod: PodSpec, err: AdmissionError, container: ContainerSpec) -> str:
+        return explain_rejection(self.engine, pod, err, container)
 
     def commit(self, op: Op, *, release: bool = False) -> None:
         """Make a decision durable before its reply. A failed write undoes a decision and raises
@@ -411,23 +419,6 @@ class NodeLedger:
             self._revert()
             raise NotSavedError(str(exc)) from exc
         self._update_read_model_and_export()
-
-    @contextmanager
-    def net_changes(self) -> Iterator[Changes]:
-        """A compound decision (``Engine.net_changes``): the other pods' containers that moved
-        are added to the yielded dict once, at the end, and their views rebuilt then."""
-        engine = self.engine
-        before = engine.node_shared_pool()
-        out: Changes = {}
-        try:
-            with engine.net_changes() as net:
-                yield out
-        finally:
-            out.update(net if self.engine is engine else self.engine.changes_since(before))
-            if out:
-                self._state.note(out)
-                if not self._batch:
-                    self._update_read_model_and_export()
 
     def _revert(self) -> None:
         """Back to the last durable state: the checkpoint plus the journaled records."""

@@ -6,8 +6,9 @@ ids, the pod's NRI intent, whether an existing pod could be placed at all).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from nri_plrm.engine.facade import Engine
@@ -22,14 +23,19 @@ ContainerKey = tuple[str, str]
 """A container by (pod uid, container name)."""
 
 
+SpecSource = Callable[[], "PodSpec | None"]
+"""Where a whole-mode pod's full spec is kept (the engine's, as its resizes leave it)."""
+
+
 @dataclass
 class PodRecord:
     """One pod the plugin tracks."""
 
     intent: PodIntent
     sandbox_id: str
-    spec: PodSpec | None = None
-    """The full spec in whole-pod mode (kept by the engine); None in NRI-only mode."""
+    whole: SpecSource | None = field(default=None, compare=False, repr=False)
+    """Whole-pod mode: where the pod's full spec is kept (the engine keeps it, once); None in
+    NRI-only mode."""
     managed: bool = True
     """False for an existing pod that could not be placed at adoption (left alone)."""
     containers: dict[str, str] = field(default_factory=dict)
@@ -38,6 +44,12 @@ class PodRecord:
     @property
     def uid(self) -> str:
         return self.intent.spec.uid
+
+    @property
+    def spec(self) -> PodSpec | None:
+        """The full spec in whole-pod mode (read from where it is kept); None in NRI-only
+        mode."""
+        return None if self.whole is None else self.whole()
 
     @property
     def pod_spec(self) -> PodSpec:
@@ -84,13 +96,15 @@ class Tables:
         written before that carry it themselves, it is read from there then)."""
         tables = cls()
         for uid, entry in data.get("pods", {}).items():
-            spec = engine.pod_spec(uid)
-            if spec is None and entry.get("spec") is not None:
-                spec = spec_from_dict(entry["spec"])
+            whole: SpecSource | None = None
+            if engine.pod_spec(uid) is not None:
+                whole = partial(engine.pod_spec, uid)
+            elif entry.get("spec") is not None:
+                whole = kept_spec(spec_from_dict(entry["spec"]))
             pod = PodRecord(
                 intent=intent_from_dict(entry["intent"]),
                 sandbox_id=str(entry.get("sandbox_id", "")),
-                spec=spec,
+                whole=whole,
                 managed=bool(entry.get("managed", True)),
             )
             for name, cid in entry.get("containers", []):
@@ -98,3 +112,9 @@ class Tables:
                 tables.ids[str(cid)] = (uid, str(name))
             tables.pods[uid] = pod
         return tables
+
+
+def kept_spec(spec: PodSpec) -> SpecSource:
+    """A source of ``spec`` itself: a pod known whole that the engine does not hold (an older
+    checkpoint's tables carried it; a refused admission is reported with it)."""
+    return lambda: spec

@@ -8,13 +8,14 @@ so a restarted plugin reaches the same state (the engine is deterministic).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from functools import partial
 from typing import Any, cast
 
 from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.adoption import adopt_container, adopt_sandbox, place_in_node_pool
 from nri_plrm.engine.facade import Changes, Engine
-from nri_plrm.engine.resize import resize_container, resize_pod, with_container
+from nri_plrm.engine.readmit import Explain, Readmitted
+from nri_plrm.engine.resize import resize_container, resize_pod
 from nri_plrm.engine.spec import (
     AdmissionError,
     AssignmentType,
@@ -30,12 +31,14 @@ from nri_plrm.engine.spec_json import (
 )
 from nri_plrm.ledger.tables import ContainerKey, PodRecord, Tables
 from nri_plrm.translate.nri_to_pod import (
+    DEMOTE,
+    PROMOTE,
     PodIntent,
-    as_budget,
-    as_classic,
     budget_container,
     intent_from_dict,
     intent_to_dict,
+    readmit_kind,
+    readmitted_intent,
 )
 
 Op = dict[str, Any]
@@ -88,7 +91,8 @@ class Transitions:
             changes = self.engine.admit_pod(spec)
         else:
             changes = self.engine.admit_sandbox(intent.spec, intent.aggregate)
-        record = PodRecord(intent=intent, sandbox_id=sandbox_id, spec=spec)
+        whole = None if spec is None else partial(self.engine.pod_spec, uid)
+        record = PodRecord(intent=intent, sandbox_id=sandbox_id, whole=whole)
         self.tables.pods[uid] = record
         op: Op = {
             "op": "admit",
@@ -237,10 +241,9 @@ class Transitions:
     ) -> tuple[ContainerAssignment, Changes, Op]:
         """Resize a container in place (engine/resize.py). Raises ``AdmissionError`` with the
         kubelet's reason and message; nothing changes then."""
-        record = self.tables.pods[uid]
+        if uid not in self.tables.pods:
+            raise KeyError(uid)
         assignment, changes = resize_container(self.engine, uid, new)
-        if record.spec is not None:
-            record.spec = with_container(record.spec, new)
         op: Op = {"op": "resize", "uid": uid, "name": name, "container": container_to_dict(new)}
         return assignment, self._changed(uid, changes), op
 
@@ -251,35 +254,47 @@ class Transitions:
         requests, limits = intent.spec.requests or {}, intent.spec.limits or {}
         changes = resize_pod(self.engine, uid, requests, limits)
         record.intent = intent
-        if record.spec is not None:
-            record.spec = replace(record.spec, requests=dict(requests), limits=dict(limits))
         op: Op = {"op": "resize_pod", "uid": uid, "intent": intent_to_dict(intent)}
         return self._changed(uid, changes), op
 
-    def reclass(self, uid: str, kind: str) -> tuple[Changes, Op]:
-        """NRI-only single-container inference: re-admit a pod as classic ("promote", its first
-        container holding the budget) or as its budget ("demote"), with its containers so far
-        (stopped ones stopped): one compound decision (``Engine.net_changes``). Raises
-        ``AdmissionError``, leaving the pod half re-admitted: the caller reverts to the durable
-        state."""
+    def readmit(
+        self,
+        uid: str,
+        kind: str,
+        placing: tuple[str, str, ContainerSpec] | None = None,
+        explain: Explain | None = None,
+    ) -> tuple[Readmitted, Op]:
+        """NRI-only single-container inference: re-admit a pod as classic (``PROMOTE``, its
+        first container holding the budget) or as its budget (``DEMOTE``) with its containers
+        so far (stopped ones stopped), then place the container ``placing`` names (name, id,
+        spec), as one engine operation (``Engine.readmit``). Raises ``ReadmitRefused``
+        (``explain`` gives a refused container's cause); nothing changes then."""
         record = self.tables.pods[uid]
+        intent = readmitted_intent(record.intent, kind)
         engine = self.engine
-        intent = as_classic(record.intent) if kind == "promote" else as_budget(record.intent)
-        stopped = {n for n in record.containers if engine.is_stopped(uid, n)}
-        own: set[tuple[str, str]] = set()
-        with engine.net_changes() as others:
-            engine.remove_pod(uid)
-            engine.admit_sandbox(intent.spec, intent.aggregate)
-            record.intent = intent
-            for name in record.containers:
-                spec = budget_container(intent, name) if kind == "promote" else ContainerSpec(name)
-                own.update(engine.add_container(intent.spec, spec)[1])
-                own.add((uid, name))
-                if name in stopped:
-                    own.update(engine.stop_container(uid, name))
-        live = {k: a for k in own if (a := engine.assignment(*k)) is not None}
-        changed = self._changed(uid, {**live, **others})
-        return changed, {"op": kind, "uid": uid}
+        names = list(record.containers)
+        containers = [
+            budget_container(intent, n) if kind == PROMOTE else ContainerSpec(n) for n in names
+        ]
+        stopped = {n for n in names if engine.is_stopped(uid, n)}
+        new = None if placing is None else placing[2]
+        done = engine.readmit(intent.spec, intent.aggregate, containers, stopped, new, explain)
+        record.intent = intent
+        op: Op = {"op": kind, "uid": uid}
+        if placing is not None:
+            name, cid, cspec = placing
+            record.containers[name] = cid
+            self.tables.ids[cid] = (uid, name)
+            op = {
+                "op": "readmit",
+                "uid": uid,
+                "kind": kind,
+                "name": name,
+                "cid": cid,
+                "container": engine.forms.form(cspec, container_to_dict),
+            }
+        self._changed(uid, done.changes)
+        return done, op
 
     def replay(self, op: Mapping[str, Any]) -> None:
         """Apply a journal record; raises ``AdmissionError``, KeyError, TypeError or
@@ -333,7 +348,10 @@ class Transitions:
             self.resize(str(op["uid"]), str(op["name"]), container_from_dict(op["container"]))
         elif kind == "resize_pod":
             self.resize_pod(str(op["uid"]), intent_from_dict(op["intent"]))
-        elif kind in ("promote", "demote"):
-            self.reclass(str(op["uid"]), str(kind))
+        elif kind == "readmit":
+            placing = (str(op["name"]), str(op["cid"]), container_from_dict(op["container"]))
+            self.readmit(str(op["uid"]), readmit_kind(op["kind"]), placing)
+        elif kind in (PROMOTE, DEMOTE):  # journal format 1: the container was a "place" after it
+            self.readmit(str(op["uid"]), str(kind))
         else:
             raise ValueError(f"unknown operation {kind!r}")

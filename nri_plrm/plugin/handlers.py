@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable
 
 from nri_plrm.base.cpuset import CPUSet
 from nri_plrm.engine.explain import explain_rejection
-from nri_plrm.engine.facade import Changes, Engine
+from nri_plrm.engine.facade import Engine
+from nri_plrm.engine.readmit import ReadmitRefused
 from nri_plrm.engine.spec import (
     AdmissionError,
     AssignmentType,
@@ -28,11 +29,12 @@ from nri_plrm.engine.spec import (
     PodSpec,
 )
 from nri_plrm.ledger import NodeLedger, NotSavedError
-from nri_plrm.ledger.tables import ContainerKey, PodRecord
+from nri_plrm.ledger.decision import Decision
+from nri_plrm.ledger.tables import ContainerKey, PodRecord, kept_spec
 from nri_plrm.nri.handlers import NRIError
 from nri_plrm.observability.metrics import Metrics
 from nri_plrm.plugin.cri_updates import CRIUpdater
-from nri_plrm.plugin.outcomes import Outcomes
+from nri_plrm.plugin.outcomes import Outcomes, durable
 from nri_plrm.plugin.pool_updates import (
     SentUpdates,
     UpdateFlusher,
@@ -42,7 +44,7 @@ from nri_plrm.plugin.pool_updates import (
 )
 from nri_plrm.plugin.reconcile import Reconciler, SyncMemo, intent_of
 from nri_plrm.plugin.resizes import Resizes
-from nri_plrm.plugin.single_container import DEMOTE, SingleContainerInference
+from nri_plrm.plugin.single_container import DEMOTE, step, with_budget_quota
 from nri_plrm.podresources.devices import (
     KubeletDevices,
     known_devices,
@@ -59,6 +61,7 @@ from nri_plrm.translate.nri_to_pod import (
     IntentError,
     container_spec,
     pod_identity,
+    readmitted_intent,
     resized_budget,
     resized_container,
 )
@@ -66,12 +69,6 @@ from nri_plrm.translate.pod_to_cri import (
     assignment_update,
     fill_assignment,
 )
-
-INVALID_RESOURCES = "InvalidResources"
-"""Reason given when a container's NRI resources cannot be read."""
-UNPLACED_REASON = "UnexpectedAdmissionError"
-"""Reason counted and posted when a running container cannot get its allocation (the kubelet's
-reason for an allocation that fails after admission)."""
 
 
 class Plugin:
@@ -107,8 +104,9 @@ class Plugin:
         self.metrics = metrics
         self.log = logger or logging.getLogger("nri_plrm.plugin")
         self.events = events
-        self.outcomes = Outcomes(self.log, lambda: self._decision_level, events, refused)
-        self.decision_log = self.outcomes.decision_log
+        self.outcomes = Outcomes(
+            self.log, lambda: self._decision_level, events, refused, metrics=metrics
+        )
         self.lookups = SpecLookups(lookup_timeout, metrics)
         """Each NRI request waits ``lookup_timeout`` seconds at most for pod specs."""
         self._memo: SyncMemo | None = None
@@ -122,14 +120,7 @@ class Plugin:
             self.sent,
             metrics.observe_pool_update_lag if metrics is not None else None,
         )
-        self.inference = SingleContainerInference(ledger, self.log, self.outcomes.event)
-        self.resizes = Resizes(
-            ledger,
-            metrics=metrics,
-            log=self.log,
-            decision_log=self.decision_log,
-            event=self.outcomes.event,
-        )
+        self.resizes = Resizes(ledger, self.outcomes)
 
     def attach(
         self,
@@ -186,20 +177,20 @@ class Plugin:
             raise NRIError(f"pod {namespace}/{name}: {exc}") from exc
         spec, intent = with_devices(found, spec, intent)
         try:
-            record, changes = self.ledger.admit(uid, pod.id, intent, spec)
+            with durable():
+                admitted = self.ledger.admit(uid, pod.id, intent, spec)
         except AdmissionError as err:
-            record = PodRecord(intent=intent, sandbox_id=pod.id, spec=spec)
+            whole = None if spec is None else kept_spec(spec)
+            record = PodRecord(intent=intent, sandbox_id=pod.id, whole=whole)
             cause = explain_rejection(
                 self.ledger.engine,
                 spec or intent.spec,
                 err,
                 aggregate=None if spec else intent.aggregate,
             )
-            why = self.outcomes.rejected(record, "", err, cause)
-            raise NRIError(f"{err.reason}: {why}") from err
-        except NotSavedError as exc:
-            raise NRIError(str(exc)) from exc
-        self._send_later(changes)
+            raise self.outcomes.rejected(record, "", err, cause) from err
+        record = admitted.record
+        self._send_later(admitted.changes)
         if self.log.isEnabledFor(self._decision_level):
             mode = "spec" if spec is not None else intent.mode.value
             _log_admitted(self.log, self._decision_level, record, mode, self.ledger.engine)
@@ -211,10 +202,8 @@ class Plugin:
         if record is None:
             return False
         if sandbox_id and record.sandbox_id != sandbox_id:
-            try:
+            with durable():
                 self.ledger.move_sandbox(uid, sandbox_id)
-            except NotSavedError as exc:
-                raise NRIError(str(exc)) from exc
             self.log.info("pod=%s uid=%s moved to sandbox %s", record.label(), uid, sandbox_id)
         return True
 
@@ -235,21 +224,25 @@ class Plugin:
             )
             self.sent.record([(container.id, assignment)])
             return _adjustment(assignment), []
-        assignment, changes, kind = self.place_inferred(record, container)
+        decision, kind = self.place_inferred(record, container)
+        assignment = decision.placed
         adjust = _adjustment(assignment)
         self.sent.record([(container.id, assignment)])
         self.flusher.starting(container.id)
-        updates = self.flusher.reply_updates(uid, changes, container.id)
+        updates = self.flusher.reply_updates(uid, decision.changes, container.id)
         if kind == DEMOTE:
-            updates = self.inference.with_budget_quota(record, updates)
+            updates = with_budget_quota(record, updates)
             self.sent.forget(record.containers.values())  # their updates carried the quota too
         return adjust, updates
 
     def place_inferred(
         self, record: PodRecord, container: api.Container
-    ) -> tuple[ContainerAssignment, Changes, str | None]:
-        """:meth:`place` after the NRI-only single-container inference; the step taken."""
-        return self.inference.place(record, container, self.place, self._send_later)
+    ) -> tuple[Decision, str | None]:
+        """:meth:`place` the container, or, when the NRI-only single-container inference calls
+        for a step (promote or demote), take it and place the container as one decision; the
+        step taken. A refusal raises ``NRIError``; nothing changed then."""
+        kind = step(record, container)
+        return self.place(record, container, kind), kind
 
     def update_container(
         self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
@@ -266,9 +259,10 @@ class Plugin:
         if new is None:  # the kubelet's values replaced the pinning: assert it again
             current = targets_for(self.ledger, self.ledger.assignments([key]))
             return reply_updates(self.sent, current, again=True)
-        assignment, changes = self.resizes.container(record, key[1], new)
+        resized = self.resizes.container(record, key[1], new)
+        assignment = resized.placed
         self.sent.record([(container.id, assignment)])
-        own = self.flusher.reply_updates(key[0], changes, container.id)
+        own = self.flusher.reply_updates(key[0], resized.changes, container.id)
         return [assignment_update(container.id, assignment), *own]
 
     def update_pod_sandbox(
@@ -286,7 +280,7 @@ class Plugin:
             return
         intent = resized_budget(record.intent, resources)
         if intent is not None:
-            self._send_later(self.resizes.pod(record, intent))
+            self._send_later(self.resizes.pod(record, intent).changes)
 
     def follow_pod(self, spec: PodSpec) -> None:
         """API mode: the pod cache saw this pod's resources change (an in-place resize)."""
@@ -347,7 +341,7 @@ class Plugin:
         self._memo = memo = SyncMemo()
         try:
             with self.lookups.batch(), self.ledger.batch():
-                reconciler = Reconciler(self, memo)
+                reconciler = Reconciler(self, self.ledger, self.outcomes, memo)
                 updates = await reconciler.run(pods, containers)
         except NotSavedError as exc:
             raise NRIError(f"reconciliation not applied: {exc}") from exc
@@ -380,61 +374,54 @@ class Plugin:
         return await self.lookups.find(self.pod_specs, uid, namespace, name)
 
     def place(
-        self, record: PodRecord, container: api.Container
-    ) -> tuple[ContainerAssignment, Changes]:
+        self, record: PodRecord, container: api.Container, readmit: str | None = None
+    ) -> Decision:
+        """Place ``container`` (after re-admitting its pod as ``readmit`` says, as one
+        decision: ``NodeLedger.readmit``); a refusal raises ``NRIError``."""
         name = container.name
         cspec: ContainerSpec | None = None
         try:
             if record.spec is not None:
                 cspec = record.spec.container(name) or ContainerSpec(name)
             else:
-                cspec = container_spec(record.intent, container)
+                intent = record.intent
+                if readmit is not None:
+                    intent = readmitted_intent(intent, readmit)
+                cspec = container_spec(intent, container)
                 cspec = with_nri_devices(cspec, container, self.device_nodes)
-            assignment, changes = self.ledger.place(record.uid, name, container.id, cspec)
+            with durable():
+                if readmit is not None:
+                    uid, cid = record.uid, container.id
+                    decision = self.ledger.readmit(uid, readmit, name, cid, cspec)
+                    self.log.info(
+                        "pod=%s uid=%s %sd (single-container inference)",
+                        record.label(),
+                        uid,
+                        readmit,
+                    )
+                else:
+                    decision = self.ledger.place(record.uid, name, container.id, cspec)
+        except ReadmitRefused as err:
+            if not err.placing:
+                raise self.outcomes.not_readmitted(record, name, err) from err
+            raise self.outcomes.rejected(record, name, err, err.cause) from err
         except AdmissionError as err:
             cause = explain_rejection(self.ledger.engine, record.pod_spec, err, cspec)
-            why = self.outcomes.rejected(record, name, err, cause)
-            raise NRIError(f"pod {record.label()} container {name}: {err.reason}: {why}") from err
+            raise self.outcomes.rejected(record, name, err, cause) from err
         except IntentError as err:
-            if self.metrics is not None:
-                self.metrics.record_placement_error(INVALID_RESOURCES)
-            why = f"{INVALID_RESOURCES}: {err}"
-            self.decision_log(record, name, None, f"rejected {why}")
-            raise NRIError(f"pod {record.label()} container {name}: {why}") from err
-        except NotSavedError as exc:
-            raise NRIError(str(exc)) from exc
-        self.decision_log(record, name, assignment, _reason(assignment))
-        return assignment, changes
+            raise self.outcomes.invalid(record, name, err) from err
+        self.outcomes.decision_log(record, name, decision.placed, _reason(decision.placed))
+        return decision
 
     def node_pool_fallback(
         self, record: PodRecord, ctr: api.Container, why: str, *, counted: bool
     ) -> ContainerAssignment:
         """A known container that cannot get its allocation runs in the node shared pool, never
         on every CPU: recorded, logged, counted (unless ``counted`` already) and posted."""
-        try:
+        with durable():
             assignment = self.ledger.node_shared(record.uid, ctr.name, ctr.id)
-        except NotSavedError as exc:
-            raise NRIError(str(exc)) from exc
-        self.log.warning(
-            "pod=%s uid=%s container=%s cannot get its allocation (%s): node shared pool %s",
-            record.label(),
-            record.uid,
-            ctr.name,
-            why,
-            assignment.cpus,
-            extra={"plrm": {"event": "fallback", "pod": record.label(), "uid": record.uid}},
-        )
-        if self.metrics is not None and not counted:
-            self.metrics.record_placement_error(UNPLACED_REASON)
-        if self.events is not None:
-            spec = record.intent.spec
-            message = f"container {ctr.name} runs in the node shared pool: {why}"
-            self.events.record(spec.uid, spec.namespace, spec.name, UNPLACED_REASON, message[:1000])
+        self.outcomes.in_node_pool(record, ctr.name, why, assignment, counted=counted)
         return assignment
-
-    def count_reconcile(self, action: str) -> None:
-        if self.metrics is not None:
-            self.metrics.record_reconcile(action)
 
     def _send_later(self, changes: Iterable[ContainerKey], *, grown: bool = False) -> None:
         """Queue pool changes for the flusher, sent once the node settled (Synchronize answers

@@ -19,9 +19,11 @@ from typing import Protocol
 from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.adoption import AdoptionError, exclusive_request, has_budget
 from nri_plrm.engine.spec import CPU, ContainerAssignment, ContainerSpec, PodSpec
-from nri_plrm.ledger import NodeLedger, NotSavedError, rebuild
-from nri_plrm.ledger.tables import ContainerKey, PodRecord
+from nri_plrm.ledger import NodeLedger, rebuild
+from nri_plrm.ledger.decision import Decision
+from nri_plrm.ledger.tables import PodRecord
 from nri_plrm.nri.handlers import NRIError
+from nri_plrm.plugin.outcomes import Outcomes, durable
 from nri_plrm.proto import nri_api_pb2 as api
 from nri_plrm.translate.nri_to_pod import (
     IntentError,
@@ -66,10 +68,8 @@ def intent_of(pod: api.PodSandbox, memo: SyncMemo | None) -> PodIntent:
 
 
 class ReconcileHost(Protocol):
-    """What the reconciler needs of the plugin: its ledger and its ordinary decisions."""
-
-    ledger: NodeLedger
-    log: logging.Logger
+    """The plugin's ordinary decisions the reconciler makes through (what the runtime reports
+    is admitted, placed and released as its events would be)."""
 
     async def lookup(self, uid: str, namespace: str, name: str) -> PodSpec | None: ...
 
@@ -81,25 +81,28 @@ class ReconcileHost(Protocol):
 
     def place_inferred(
         self, record: PodRecord, container: api.Container
-    ) -> tuple[ContainerAssignment, dict[ContainerKey, ContainerAssignment], str | None]: ...
+    ) -> tuple[Decision, str | None]: ...
 
     def node_pool_fallback(
         self, record: PodRecord, ctr: api.Container, why: str, *, counted: bool
     ) -> ContainerAssignment: ...
-
-    def decision_log(
-        self, record: PodRecord, container: str, assignment: ContainerAssignment | None, reason: str
-    ) -> None: ...
-
-    def count_reconcile(self, action: str) -> None: ...
 
 
 class Reconciler:
     """One Synchronize's reconciliation; ``counts`` says what it did (``kept``, ``placed``,
     ``node_shared``)."""
 
-    def __init__(self, host: ReconcileHost, memo: SyncMemo | None = None) -> None:
+    def __init__(
+        self,
+        host: ReconcileHost,
+        ledger: NodeLedger,
+        outcomes: Outcomes,
+        memo: SyncMemo | None = None,
+    ) -> None:
         self.host = host
+        self.ledger = ledger
+        self.outcomes = outcomes
+        self.log = outcomes.log
         self.memo = SyncMemo() if memo is None else memo
         self.counts: collections.Counter[str] = collections.Counter()
         self.memory_kept: set[str] = set()
@@ -107,7 +110,7 @@ class Reconciler:
 
     def log_summary(self, pods: int, containers: int, updates: int, start: float) -> None:
         """One INFO line for the whole Synchronize (``start``: its ``perf_counter``)."""
-        self.host.log.info(
+        self.log.info(
             "synchronized %d pods and %d containers in %.0f ms: %d kept as they run, %d placed, "
             "%d in the node shared pool, %d updates",
             pods,
@@ -122,7 +125,7 @@ class Reconciler:
     async def run(
         self, pods: list[api.PodSandbox], containers: list[api.Container]
     ) -> list[api.ContainerUpdate]:
-        tables = self.host.ledger.tables
+        tables = self.ledger.tables
         reported_pods = {pod_identity(p)[0]: p for p in pods}
         by_sandbox = {p.id: p for p in pods}
         reported_ids = {c.id for c in containers}
@@ -131,7 +134,7 @@ class Reconciler:
         for cid, (uid, name) in list(tables.ids.items()):
             if cid not in reported_ids:
                 self.host.remove_container(reported_pods[uid], api.Container(id=cid, name=name))
-                self.host.count_reconcile("released")
+                self.outcomes.reconciled("released")
         unknown = rebuild.creation_order(
             c for c in containers if c.id not in tables.ids and c.pod_sandbox_id in by_sandbox
         )
@@ -153,14 +156,14 @@ class Reconciler:
                 await self._adopt_pod(sandbox)
         uids = {p.id: pod_identity(p)[0] for p in pods}
         for ctr in unknown:
-            record = self.host.ledger.pod(uids[ctr.pod_sandbox_id])
+            record = self.ledger.pod(uids[ctr.pod_sandbox_id])
             if record is not None and ctr.id not in tables.ids:
                 self._adopt_container(record, ctr)
         updates: list[api.ContainerUpdate] = []
-        engine = self.host.ledger.engine
+        engine = self.ledger.engine
         for ctr in containers:
             key = tables.ids.get(ctr.id)
-            assignment = self.host.ledger.assignment(key) if key is not None else None
+            assignment = self.ledger.assignment(key) if key is not None else None
             if key is None or assignment is None:
                 continue
             record, running = tables.pods[key[0]], now[ctr.id]
@@ -188,7 +191,7 @@ class Reconciler:
         uid, namespace, name = pod_identity(sandbox)
         if await self.host.lookup(uid, namespace, name) is not None:
             return
-        engine = self.host.ledger.engine
+        engine = self.ledger.engine
         try:
             intent = self.memo.intent(sandbox)
             if (
@@ -222,15 +225,14 @@ class Reconciler:
         if not claimed and not mems:
             return
         try:
-            record = self.host.ledger.adopt_pod(uid, sandbox.id, intent, claimed, pinned, mems)
+            with durable():
+                record = self.ledger.adopt_pod(uid, sandbox.id, intent, claimed, pinned, mems)
         except AdoptionError as exc:
-            self.host.log.info("pod=%s/%s keeps no cpus it runs on: %s", namespace, name, exc)
+            self.log.info("pod=%s/%s keeps no cpus it runs on: %s", namespace, name, exc)
             return
-        except NotSavedError as exc:
-            raise NRIError(str(exc)) from exc
         if mems:
             self.memory_kept.add(uid)
-        self.host.log.debug(
+        self.log.debug(
             "pod=%s uid=%s adopted with the cpus it runs on: %s, mems %s",
             record.label(),
             uid,
@@ -244,7 +246,7 @@ class Reconciler:
     ) -> CPUSet:
         """The memory nodes a Guaranteed pod without exclusive containers keeps (its shared
         containers' common mems) when the memory manager pins memory; empty otherwise."""
-        engine = self.host.ledger.engine
+        engine = self.ledger.engine
         if intent.qos is not QOSClass.GUARANTEED or not engine.memory_manager.static:
             return EMPTY
         return rebuild.shared_mems(r for _, r in running)
@@ -257,28 +259,27 @@ class Reconciler:
         can take that memory."""
         uid = pod_identity(sandbox)[0]
         if uid in self.memory_kept and not now.exclusive:
-            record = self.host.ledger.pod(uid)
-            if record is not None and ctr.id not in self.host.ledger.tables.ids:
+            record = self.ledger.pod(uid)
+            if record is not None and ctr.id not in self.ledger.tables.ids:
                 self._adopt_container(record, ctr)
             return
         if now.cpus is None or not now.exclusive:
             return
-        record = self.host.ledger.pod(uid)
+        record = self.ledger.pod(uid)
         if record is None or not record.managed or record.spec is not None:
             return
         try:
             cspec = container_spec(record.intent, ctr)
-            assignment = self.host.ledger.adopt(
-                record.uid, ctr.name, ctr.id, cspec, now.cpus, now.mems
-            )
+            with durable():
+                assignment = self.ledger.adopt(
+                    record.uid, ctr.name, ctr.id, cspec, now.cpus, now.mems
+                )
         except (AdoptionError, IntentError) as exc:
-            self.host.log.debug("container %s not kept as it runs: %s", ctr.id, exc)
+            self.log.debug("container %s not kept as it runs: %s", ctr.id, exc)
             return
-        except NotSavedError as exc:
-            raise NRIError(str(exc)) from exc
         self.counts["kept"] += 1
-        self.host.count_reconcile("adopted")
-        self.host.decision_log(record, ctr.name, assignment, "kept the cpuset it runs on")
+        self.outcomes.reconciled("adopted")
+        self.outcomes.decision_log(record, ctr.name, assignment, "kept the cpuset it runs on")
 
     def _log_correction(
         self, record: PodRecord, name: str, now: rebuild.Running, assignment: ContainerAssignment
@@ -286,7 +287,7 @@ class Reconciler:
         """Log and count one Synchronize update (the container's old and new cpuset)."""
         old = str(now.cpus) if now.cpus is not None else "all"
         level = logging.WARNING if now.exclusive and now.cpus != assignment.cpus else logging.INFO
-        self.host.log.log(
+        self.log.log(
             level,
             "reconcile pod=%s container=%s cpus %s -> %s mems %s -> %s",
             record.label(),
@@ -306,15 +307,15 @@ class Reconciler:
                 }
             },
         )
-        self.host.count_reconcile("corrected")
+        self.outcomes.reconciled("corrected")
 
     async def _adopt_pod(self, pod: api.PodSandbox) -> None:
         try:
             await self.host.run_pod_sandbox(pod)
         except NRIError as exc:
             uid = pod_identity(pod)[0]
-            self.host.ledger.leave_unmanaged(uid, pod.id, self.memo.intent(pod))
-            self.host.log.warning(
+            self.ledger.leave_unmanaged(uid, pod.id, self.memo.intent(pod))
+            self.log.warning(
                 "pod=%s/%s uid=%s exists but cannot be placed, its containers run in the node "
                 "shared pool: %s",
                 pod.namespace,
@@ -333,7 +334,7 @@ class Reconciler:
             self.host.node_pool_fallback(record, ctr, str(exc), counted=True)
             return
         self.counts["placed"] += 1
-        self.host.count_reconcile("adopted")
+        self.outcomes.reconciled("adopted")
 
 
 def sandbox_of(record: PodRecord) -> api.PodSandbox:

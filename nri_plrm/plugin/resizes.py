@@ -8,69 +8,46 @@ kubelet's reason and message) into a failed request that is counted in
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from dataclasses import replace
 
-from nri_plrm.engine.facade import Changes
-from nri_plrm.engine.resize import MEMORY_STATIC_MESSAGE
-from nri_plrm.engine.spec import AdmissionError, ContainerAssignment, ContainerSpec, PodSpec
-from nri_plrm.ledger import NodeLedger, NotSavedError
+from nri_plrm.engine.spec import AdmissionError, ContainerSpec, PodSpec
+from nri_plrm.ledger import NodeLedger
+from nri_plrm.ledger.decision import Decision
 from nri_plrm.ledger.tables import ContainerKey, PodRecord
 from nri_plrm.nri.handlers import NRIError
-from nri_plrm.observability.metrics import Metrics
+from nri_plrm.plugin.outcomes import Outcomes, durable
 from nri_plrm.translate.nri_to_pod import PodIntent, budget_intent
-
-DecisionLog = Callable[[PodRecord, str, "ContainerAssignment | None", str], None]
-"""Logs one decision: pod, container ("" for the pod), assignment, reason."""
-EventSink = Callable[[PodRecord, AdmissionError, str], None]
-"""Posts the kubelet's reason and a message as an Event on the pod."""
 
 
 class Resizes:
-    """Performs or refuses in-place resizes through the ledger (see the module docstring)."""
+    """Performs or refuses in-place resizes through the ledger and reports them through the
+    plugin's reporter (see the module docstring)."""
 
-    def __init__(
-        self,
-        ledger: NodeLedger,
-        *,
-        metrics: Metrics | None,
-        log: logging.Logger,
-        decision_log: DecisionLog,
-        event: EventSink,
-    ) -> None:
+    def __init__(self, ledger: NodeLedger, outcomes: Outcomes) -> None:
         self.ledger = ledger
-        self.metrics = metrics
-        self.log = log
-        self.decision_log = decision_log
-        self.event = event
+        self.outcomes = outcomes
 
-    def container(
-        self, record: PodRecord, name: str, new: ContainerSpec
-    ) -> tuple[ContainerAssignment, Changes]:
+    def container(self, record: PodRecord, name: str, new: ContainerSpec) -> Decision:
         """Resize a container; raises ``NRIError`` with the kubelet's message when refused."""
         try:
-            assignment, changes = self.ledger.resize((record.uid, name), new)
+            with durable():
+                resized = self.ledger.resize((record.uid, name), new)
         except AdmissionError as err:
-            self.refused(record, name, err)
-            raise NRIError(f"pod {record.label()} container {name}: {err.reason}: {err}") from err
-        except NotSavedError as exc:
-            raise NRIError(str(exc)) from exc
-        self.decision_log(record, name, assignment, f"resized, {assignment.assignment.value}")
-        return assignment, changes
+            raise self.refused(record, name, err) from err
+        value = resized.placed.assignment.value
+        self.outcomes.decision_log(record, name, resized.placed, f"resized, {value}")
+        return resized
 
-    def pod(self, record: PodRecord, intent: PodIntent) -> Changes:
+    def pod(self, record: PodRecord, intent: PodIntent) -> Decision:
         """Resize a pod budget; raises ``NRIError`` with the kubelet's message when refused."""
         try:
-            changes = self.ledger.resize_pod(record.uid, intent)
+            with durable():
+                resized = self.ledger.resize_pod(record.uid, intent)
         except AdmissionError as err:
-            self.refused(record, "", err)
-            raise NRIError(f"pod {record.label()}: {err.reason}: {err.message}") from err
-        except NotSavedError as exc:
-            raise NRIError(str(exc)) from exc
+            raise self.refused(record, "", err) from err
         cpus = self.ledger.engine.pod_cpus(record.uid)
-        self.decision_log(record, "", None, f"pod resized, pod cpus {cpus or '-'}")
-        return changes
+        self.outcomes.decision_log(record, "", None, f"pod resized, pod cpus {cpus or '-'}")
+        return resized
 
     def follow(self, spec: PodSpec) -> list[ContainerKey]:
         """API mode: the pod cache saw this pod's resources change. Run the resize now, as its
@@ -87,24 +64,23 @@ class Resizes:
                 known.requests,
                 known.limits,
             ):
-                changed.update(dict.fromkeys(self.pod(record, budget_intent(record.intent, spec))))
+                resized = self.pod(record, budget_intent(record.intent, spec))
+                changed.update(dict.fromkeys(resized.changes))
             for ctr in spec.all_containers():
                 old = known.container(ctr.name)
                 if old is None or ctr.name not in record.containers:
                     continue
                 if (old.requests, old.limits) != (ctr.requests, ctr.limits):
                     new = replace(ctr, kind=old.kind)
-                    changed.update(dict.fromkeys(self.container(record, ctr.name, new)[1]))
+                    changed.update(dict.fromkeys(self.container(record, ctr.name, new).changes))
                     changed[(spec.uid, ctr.name)] = None
         except NRIError as exc:
-            self.log.warning("pod=%s uid=%s resize not applied: %s", record.label(), spec.uid, exc)
+            self.outcomes.log.warning(
+                "pod=%s uid=%s resize not applied: %s", record.label(), spec.uid, exc
+            )
         return list(changed)
 
-    def refused(self, record: PodRecord, name: str, err: AdmissionError) -> None:
-        """A refused resize: counted, logged and posted as an Event; nothing changed."""
-        if self.metrics is not None:
-            resource = "memory" if err.message == MEMORY_STATIC_MESSAGE else "cpu"
-            source = "pod" if self.ledger.engine.pod_cpus(record.uid) is not None else "node"
-            self.metrics.record_allocation(resource, source, ok=False)
-        self.decision_log(record, name, None, f"resize refused {err.reason}: {err.message}")
-        self.event(record, err, err.message)
+    def refused(self, record: PodRecord, name: str, err: AdmissionError) -> NRIError:
+        """A refused resize (nothing changed), reported; the error containerd gets."""
+        from_pod = self.ledger.engine.pod_cpus(record.uid) is not None
+        return self.outcomes.resize_refused(record, name, err, from_pod=from_pod)

@@ -415,6 +415,24 @@ def as_budget(intent: PodIntent) -> PodIntent:
     return dataclasses.replace(intent, spec=spec, mode=PodMode.BUDGET)
 
 
+PROMOTE = "promote"
+"""The single-container inference's step taking a pod budget as a classic Guaranteed pod."""
+DEMOTE = "demote"
+"""The step taking a promoted pod back to its budget (a second container showed it)."""
+
+
+def readmitted_intent(intent: PodIntent, kind: str) -> PodIntent:
+    """``intent`` after the step ``kind`` (:data:`PROMOTE` or :data:`DEMOTE`)."""
+    return as_classic(intent) if kind == PROMOTE else as_budget(intent)
+
+
+def readmit_kind(value: object) -> str:
+    """A journal record's step, checked; raises ValueError naming the value and the rule."""
+    if value not in (PROMOTE, DEMOTE):
+        raise ValueError(f"readmit kind {value!r}: must be {PROMOTE!r} or {DEMOTE!r}")
+    return str(value)
+
+
 def is_promoted(intent: PodIntent) -> bool:
     """True for a pod taken as classic although its budget alone would make it BUDGET."""
     budget = intent.budget

@@ -30,6 +30,7 @@ from nri_plrm.topology.synthetic import DEFAULT_SPEC
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "data" / "checkpoint-21e5c6f"
+FORMAT_1_FIXTURE = REPO / "tests" / "data" / "checkpoint-4aec994"
 
 
 def _state_dir(tmp_path: Path) -> Path:
@@ -117,13 +118,11 @@ def test_run_refuses_to_start_on_newer_state(tmp_path: Path, newer: str) -> None
     assert {p.name: p.read_bytes() for p in state.iterdir()} == before
 
 
-def test_state_written_by_21e5c6f_is_restored_as_it_was_decided(tmp_path: Path) -> None:
+def _restored_as_decided(fixture: Path, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    shutil.copytree(FIXTURE, state, ignore=shutil.ignore_patterns("*.md", "*.py", "expected.json"))
+    shutil.copytree(fixture, state, ignore=shutil.ignore_patterns("*.md", "*.py", "expected.json"))
     state.chmod(0o700)
     assert sorted(p.name for p in state.iterdir()) == [JOURNAL_FILE, STATE_FILE]
-    first = (state / JOURNAL_FILE).read_bytes().split(b"\n", 1)[0]
-    assert "format" not in DecisionJournal.decode(first), "the fixture predates the header's format"
     ledger = NodeLedger(
         Engine(load_topology(DEFAULT_SPEC), Config().engine_config()),
         store=CheckpointStore(state),
@@ -142,6 +141,22 @@ def test_state_written_by_21e5c6f_is_restored_as_it_was_decided(tmp_path: Path) 
         }
         for pod in ledger.pods()
     }
-    expected = json.loads((FIXTURE / "expected.json").read_text())
+    expected = json.loads((fixture / "expected.json").read_text())
     assert len(expected) == 3
     assert restored == expected
+
+
+def test_state_written_by_21e5c6f_is_restored_as_it_was_decided(tmp_path: Path) -> None:
+    first = (FIXTURE / JOURNAL_FILE).read_bytes().split(b"\n", 1)[0]
+    assert "format" not in DecisionJournal.decode(first), "the fixture predates the header's format"
+    _restored_as_decided(FIXTURE, tmp_path)
+
+
+def test_promote_and_demote_records_of_4aec994_are_restored_as_they_were_decided(
+    tmp_path: Path,
+) -> None:
+    """The single-container inference's records before ``readmit`` (format 1) still replay."""
+    journal = (FORMAT_1_FIXTURE / JOURNAL_FILE).read_text()
+    assert '"op":"promote"' in journal and '"op":"demote"' in journal
+    assert DecisionJournal.decode(journal.split("\n", 1)[0].encode())["format"] == 1
+    _restored_as_decided(FORMAT_1_FIXTURE, tmp_path)

@@ -203,14 +203,15 @@ def journal_lines(tmp: Path) -> list[bytes]:
     return (tmp / "state" / "journal.jsonl").read_bytes().splitlines(keepends=True)
 
 
-def test_disk_full_between_demotion_and_placement_is_repaired_by_synchronize(
+def test_disk_full_at_a_demotion_leaves_the_pod_promoted_as_it_runs(
     tmp_path: Path,
 ) -> None:
-    """The disk fills up right after the demotion is written, before the second container's
-    placement: the placement is refused and the undo (promoting the pod again) cannot be written
-    either, so the pod stays demoted while the runtime still runs its first container with
-    quota -1. The next Synchronize (after a SIGKILL and restart) gives it the budget's quota
-    back (issue 28)."""
+    """The disk fills up while a demotion is written. The demotion and the second container's
+    placement are one decision (one ``readmit`` record, issue 27), so both are refused
+    together: the pod stays promoted, as the runtime still runs its first container (quota
+    -1), and a restart (after a SIGKILL) and its Synchronize find it so. Before, the demotion
+    could be written without the placement, leaving the pod demoted while the first container
+    ran unthrottled until Synchronize repaired it (issue 28)."""
     gates = tmp_path / "gates"
     gates.mkdir()
     (gates / "hold").touch()  # no fold replaces the journal while its lines are counted
@@ -224,26 +225,27 @@ def test_disk_full_between_demotion_and_placement_is_repaired_by_synchronize(
             await sim.wait_registered(timeout=60)
             for i in range(4):
                 await rt.launch(pod(f"filler-{i}"))
-            # a dry run measures the demotion's and the placement's journal lines
+            # a dry run measures the demotion's journal line
             dry = budget_pod("dry-run-0")
             sandbox = await rt.run_pod(dry)
             await rt.create(sandbox, dry, dry.containers[0])
             before = len(journal_lines(tmp_path))
             await rt.create(sandbox, dry, dry.containers[1])
-            demoted, placed = journal_lines(tmp_path)[before:]
-            assert b'"demote"' in demoted and b'"place"' in placed
+            (demoted,) = journal_lines(tmp_path)[before:]
+            assert b'"readmit"' in demoted and b'"demote"' in demoted
 
             spec = budget_pod("full-run-0")
             sandbox = await rt.run_pod(spec)
             await rt.create(sandbox, spec, spec.containers[0])
             assert rt.applied(sandbox, "app").quota == -1  # promoted
             size = (tmp_path / "state" / "journal.jsonl").stat().st_size
-            daemon.limit_file_size(size + len(demoted) + len(placed) // 2)
+            daemon.limit_file_size(size + len(demoted) // 2)
             with pytest.raises(TtrpcError, match="decision not applied"):
                 await rt.create(sandbox, spec, spec.containers[1])
-            # the undo was not written either: the journal still ends with the demotion
-            assert b'"demote"' in journal_lines(tmp_path)[-1]
-            assert rt.applied(sandbox, "app").quota == -1  # the runtime was never told
+            # at most a torn line after the promotion: the demotion was never decided
+            full_run = [line for line in journal_lines(tmp_path) if b'"full-run-0"' in line]
+            assert b'"promote"' in full_run[-1] and b'"demote"' not in b"".join(full_run)
+            assert rt.applied(sandbox, "app").quota == -1
             daemon.limit_file_size(None)
 
             await daemon.kill()
@@ -256,10 +258,11 @@ def test_disk_full_between_demotion_and_placement_is_repaired_by_synchronize(
             assert session.sync_reply is not None
             rt.apply_updates(session.sync_reply.update)
             await rt.settle()
-            assert rt.applied(sandbox, "app").quota == 400_000
+            assert rt.applied(sandbox, "app").quota == -1
             engine = checkpointed_engine(tmp_path)
             app = engine.assignment(spec.uid, "app")
-            assert app is not None and not app.exclusive
+            assert app is not None and app.exclusive
+            assert engine.assignment(spec.uid, spec.containers[1].name) is None
             assert rt.cpus_of(sandbox, "app") == app.cpus
             uids = {p.uid for p in rt.pods.values()}
             assert check(engine, rt, uids) == []

@@ -40,3 +40,20 @@ def test_assignments_are_the_current_ones_of_the_containers_still_tracked() -> N
     ledger.remove_container("be-a")
     assert list(ledger.assignments(keys)) == [("be", "b"), ("g", "x")]
     assert ledger.assignment(("be", "a")) is None
+
+
+def test_a_whole_pods_spec_is_kept_once_by_the_engine_and_follows_its_resizes() -> None:
+    """Issue 27: the ledger's record reads the spec the engine keeps (no copy to update by
+    hand): after an in-place resize of a container, the record's spec is the engine's."""
+    ledger = NodeLedger(Engine(MACHINES["default"], parse_config(CONFIG).engine_config()))
+    one, two = {"cpu": 500}, {"cpu": 700}  # a shared container: resized in place
+    spec = PodSpec(uid="w", name="w", containers=(ContainerSpec("x", requests=one),))
+    sandbox = nri_pod_sandbox(spec)
+    ledger.admit(spec.uid, sandbox.id, pod_intent(sandbox), spec)
+    ledger.place(spec.uid, "x", "w-x", spec.containers[0])
+    record = ledger.pod("w")
+    assert record is not None and record.spec is ledger.engine.pod_spec("w")
+    ledger.resize(("w", "x"), ContainerSpec("x", requests=two))
+    assert record.spec is ledger.engine.pod_spec("w")
+    resized = record.spec.container("x") if record.spec is not None else None
+    assert resized is not None and resized.requests == two

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from plrm_harness import serve
 
+from nri_plrm.checkpoint.journal import DecisionJournal
 from nri_plrm.checkpoint.store import CheckpointStore
 from nri_plrm.config.file import parse_config
 from nri_plrm.engine.facade import Engine
@@ -250,3 +251,69 @@ def test_a_demotion_on_create_container_never_leaves_quota_minus_one(tmp_path: P
             assert shared_with_quota_minus_one(plugin, rt) == []
 
     asyncio.run(main())
+
+
+def test_a_step_and_its_container_are_one_journal_record_and_a_refusal_none(
+    tmp_path: Path,
+) -> None:
+    """Issue 27: a promotion or demotion and the container it is for are one decision: one
+    ``readmit`` journal record; when the container is refused after the step, nothing was
+    decided: no record, the engine exactly as before, no update to send."""
+    budget = {"cpu": 4000, "memory": 2 * GI}
+    greedy = {"cpu": 4000, "memory": GI}
+    spec = PodSpec(
+        uid="uid-one",
+        name="one",
+        requests=budget,
+        limits=budget,
+        containers=(
+            ContainerSpec("app"),
+            ContainerSpec("greedy", requests=greedy, limits=greedy),  # would empty the pool
+        ),
+    )
+    plugin = new_plugin(tmp_path, "pod")
+    ledger = plugin.ledger
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock")) as s:
+            rt = s.runtime
+            pod = await rt.run_pod(spec)
+            admitted = ledger.decisions
+            await rt.create(pod, spec, spec.containers[0])
+            assert ledger.decisions == admitted + 1
+            last = ledger.persistence.records[-1]
+            assert (last["op"], last["kind"], last["name"]) == ("readmit", "promote", "app")
+            await rt.settle()
+            before = ledger.engine.snapshot(), ledger.decisions
+            sent = len(s.sim.unsolicited)
+            with pytest.raises(TtrpcError):
+                await rt.create(pod, spec, spec.containers[1])
+            await rt.settle()
+            assert (ledger.engine.snapshot(), ledger.decisions) == before
+            assert len(s.sim.unsolicited) == sent
+        again = new_plugin(tmp_path, "pod")
+        assert again.ledger.engine.snapshot() == ledger.engine.snapshot()
+
+    asyncio.run(main())
+
+
+def test_readmit_records_replay_after_a_crash(tmp_path: Path) -> None:
+    """The journal's ``readmit`` records (a promotion with its container, then a demotion with
+    the next one) bring a restarted plugin to the state decided, before any checkpoint."""
+    spec = pod_level_two()
+    plugin = new_plugin(tmp_path, "pod")
+
+    async def main() -> None:
+        async with serve(plugin, str(tmp_path / "nri.sock"), clean_stop=False) as s:
+            pod = await s.runtime.run_pod(spec)
+            for container in spec.containers:
+                await s.runtime.create(pod, spec, container)
+
+    asyncio.run(main())
+    _, records, damaged = DecisionJournal(tmp_path / "state").read(quarantine=False)
+    ops = [(r["op"], r.get("kind")) for r in records]
+    assert damaged is None and ops[-2:] == [("readmit", "promote"), ("readmit", "demote")]
+    again = new_plugin(tmp_path, "pod")
+    assert again.ledger.engine.snapshot() == plugin.ledger.engine.snapshot()
+    assert again.ledger.tables == plugin.ledger.tables
+    assert again.ledger.engine.verify() == []
