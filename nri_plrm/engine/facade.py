@@ -550,7 +550,7 @@ class Engine:
 
     def _assignment_of(self, pod_uid: str, name: str) -> ContainerAssignment:
         cpu, mem = self.cpu_manager, self.memory_manager
-        if cpu.assignment(pod_uid, name) is None and not mem.has_blocks(pod_uid, name):
+        if cpu.state.get_cpuset(pod_uid, name) is None and not mem.state.get_blocks(pod_uid, name):
             return self.node_shared_assignment()
         atype = cpu.assignment_type(pod_uid, name)
         blocks = mem.container_blocks(pod_uid, name) or ()
@@ -601,7 +601,7 @@ class Engine:
         """The assignment of every container on the node shared pool without memory of its
         own: one object per pool (a new one once the pool moved), shared by every such
         container (they all run there)."""
-        default = self.cpu_manager.default_cpuset
+        default = self.cpu_manager.state.default
         if self._on_default.cpus is not default:
             self._on_default = ContainerAssignment(AssignmentType.NODE_SHARED, default, CPUSet())
         return self._on_default
