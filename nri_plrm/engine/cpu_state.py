@@ -7,12 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from nri_plrm.base.cpuset import EMPTY, CPUSet, CPUSetError
 from nri_plrm.engine.spec import PodSpec
 
 POLICY_STATIC = "static"
+
+
+_NO_ENTRIES: Mapping[str, CPUSet] = MappingProxyType({})
+"""The container entries of a pod without any (read only)."""
 
 
 class CPUStateError(ValueError):
@@ -40,18 +45,15 @@ class CPUState:
     """
 
     def __init__(self, default: CPUSet) -> None:
-        self._default = default
+        self.default = default
+        """The default set (``GetDefaultCPUSet``): the node shared pool. Read it; change it with
+        :meth:`set_default`."""
         self._entries: dict[str, dict[str, CPUSet]] = {}
         self._pod_entries: dict[str, CPUSet] = {}
         self._pool_consumers: dict[str, set[str]] = {}
         self._init_slices: dict[str, set[str]] = {}
 
     # -- reader ------------------------------------------------------------------------------
-    @property
-    def default(self) -> CPUSet:
-        """The default set (``GetDefaultCPUSet``): the node shared pool."""
-        return self._default
-
     def get_cpuset(self, pod_uid: str, name: str) -> CPUSet | None:
         """The container's entry (``GetCPUSet``), or None."""
         entries = self._entries.get(pod_uid)
@@ -60,11 +62,11 @@ class CPUState:
     def get_cpuset_or_default(self, pod_uid: str, name: str) -> CPUSet:
         """``GetCPUSetOrDefault``: the container's entry, else the default set."""
         entry = self.get_cpuset(pod_uid, name)
-        return self._default if entry is None else entry
+        return self.default if entry is None else entry
 
     def pod_containers(self, pod_uid: str) -> Mapping[str, CPUSet]:
         """The container entries of one pod (read only; empty when none)."""
-        return self._entries.get(pod_uid, {})
+        return self._entries.get(pod_uid, _NO_ENTRIES)
 
     def assignments(self) -> dict[str, dict[str, CPUSet]]:
         """A copy of every container entry (``GetCPUAssignments``), pods without one left out."""
@@ -102,7 +104,7 @@ class CPUState:
         """The saved form (read back by :func:`parse_state`)."""
         return {
             "policyName": policy_name,
-            "defaultCpuSet": str(self._default),
+            "defaultCpuSet": str(self.default),
             "entries": {
                 uid: {name: str(cpus) for name, cpus in sorted(names.items())}
                 for uid, names in sorted(self._entries.items())
@@ -120,7 +122,7 @@ class CPUState:
     # -- writer ------------------------------------------------------------------------------
     def set_default(self, cpus: CPUSet) -> None:
         """``SetDefaultCPUSet``."""
-        self._default = cpus
+        self.default = cpus
 
     def set_cpuset(self, pod_uid: str, name: str, cpus: CPUSet) -> None:
         """``SetCPUSet``: record (or replace) the container's entry; its slice marks stay."""
@@ -176,7 +178,7 @@ class CPUState:
         init_slices: Mapping[str, set[str]] | None = None,
     ) -> None:
         """Replace the whole state (``SetDefaultCPUSet`` + ``SetCPUAssignments``)."""
-        self._default = default
+        self.default = default
         self._entries = {uid: dict(names) for uid, names in entries.items()}
         self._pod_entries = dict(pod_entries)
         self._pool_consumers = {uid: set(n) for uid, n in (pool_consumers or {}).items()}

@@ -108,6 +108,7 @@ class Engine:
         self._on_default = ContainerAssignment(
             AssignmentType.NODE_SHARED, self.cpu_manager.default_cpuset, CPUSet()
         )
+        self._budget = PodBudget(self.cpu_manager, self.memory_manager, self._assignment_of)
 
     @property
     def _providers(self) -> tuple[HintProvider, ...]:
@@ -122,7 +123,12 @@ class Engine:
     @property
     def budget(self) -> PodBudget:
         """The pod-level pods' CPU and memory budgets (checks, slices, shared containers)."""
-        return PodBudget(self.cpu_manager, self.memory_manager, self._assignment_of)
+        budget = self._budget
+        if budget.cpu is not self.cpu_manager or budget.memory is not self.memory_manager:
+            budget = self._budget = PodBudget(
+                self.cpu_manager, self.memory_manager, self._assignment_of
+            )
+        return budget
 
     # -- whole pod ---------------------------------------------------------------------------
 

@@ -191,7 +191,7 @@ class MemoryManager:
         """``calculateHints`` over the current machine state (see ``HintCalculator``); free
         memory counts what container ``container_name`` may reuse (:meth:`reusable`)."""
         return self._hints.calculate(
-            self.machine_state, requests, self.reusable(pod, container_name)
+            self.state.machine_state, requests, self.reusable(pod, container_name)
         )
 
     def get_topology_hints(self, pod: PodSpec, container: ContainerSpec) -> HintMap | None:
@@ -286,7 +286,7 @@ class MemoryManager:
         if self.state.get_blocks(pod.uid, container.name) is not None:
             return
         mask = self._hints.choose_affinity(
-            self.machine_state, requests, self.reusable(pod, container.name), hint
+            self.state.machine_state, requests, self.reusable(pod, container.name), hint
         )
         numa = bits(mask)
         reusable = self.reusable(pod, container.name).get(mask, {})
@@ -332,7 +332,8 @@ class MemoryManager:
         total = self.pod_requests(pod)
         if not total:
             return
-        mask = self._hints.choose_affinity(self.machine_state, total, self.reusable(pod), hint)
+        machine = self.state.machine_state
+        mask = self._hints.choose_affinity(machine, total, self.reusable(pod), hint)
         numa = bits(mask)
         self.state.set_pod_blocks(
             pod.uid, [Block(numa, name, size) for name, size in total.items()]
@@ -387,7 +388,7 @@ class MemoryManager:
         if not total:
             return ()
         numa = bits(
-            self._hints.choose_affinity(self.machine_state, total, self.reusable(pod), hint)
+            self._hints.choose_affinity(self.state.machine_state, total, self.reusable(pod), hint)
         )
         self.state.set_pod_blocks(
             pod.uid, [Block(numa, name, size) for name, size in total.items()]

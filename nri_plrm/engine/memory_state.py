@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from nri_plrm.engine.spec import MEMORY, MemoryBlock, is_memory_resource
@@ -26,6 +27,10 @@ STATE_FORMAT = 1
 
 class MemoryManagerConfigError(ValueError):
     """A memory manager setting the kubelet would refuse."""
+
+
+_NO_ENTRIES: Mapping[str, list[Block]] = MappingProxyType({})
+"""The container entries of a pod without any (read only)."""
 
 
 class MemoryStateError(ValueError):
@@ -172,17 +177,14 @@ class MemoryState:
     """
 
     def __init__(self, machine_state: MachineState) -> None:
-        self._machine_state = machine_state
+        self.machine_state = machine_state
+        """``GetMachineState``: node states by NUMA node id. Read it (the policy updates its
+        tables in place); replace it with :meth:`set_machine_state`."""
         self._entries: dict[str, dict[str, list[Block]]] = {}
         self._pod_entries: dict[str, list[Block]] = {}
         self._shared: dict[str, set[str]] = {}
 
     # -- reader ------------------------------------------------------------------------------
-    @property
-    def machine_state(self) -> MachineState:
-        """``GetMachineState``: node states by NUMA node id."""
-        return self._machine_state
-
     def get_blocks(self, pod_uid: str, name: str) -> list[Block] | None:
         """``GetMemoryBlocks``: the container's blocks, or None when it has no entry."""
         entries = self._entries.get(pod_uid)
@@ -190,7 +192,7 @@ class MemoryState:
 
     def pod_containers(self, pod_uid: str) -> Mapping[str, list[Block]]:
         """The container entries of one pod (read only; empty when none)."""
-        return self._entries.get(pod_uid, {})
+        return self._entries.get(pod_uid, _NO_ENTRIES)
 
     def pod_blocks(self, pod_uid: str) -> list[Block] | None:
         """A pod-level pod's budget blocks, or None."""
@@ -206,7 +208,7 @@ class MemoryState:
 
     def to_dict(self, state_format: int, policy_name: str) -> dict[str, Any]:
         """The saved form: the kubelet's field names plus ``podEntries`` and ``podShared``."""
-        machine = self._machine_state
+        machine = self.machine_state
         return {
             "format": state_format,
             "policyName": policy_name,
@@ -224,7 +226,7 @@ class MemoryState:
     # -- writer ------------------------------------------------------------------------------
     def set_machine_state(self, machine_state: MachineState) -> None:
         """``SetMachineState``."""
-        self._machine_state = machine_state
+        self.machine_state = machine_state
 
     def set_blocks(self, pod_uid: str, name: str, blocks: list[Block]) -> None:
         """``SetMemoryBlocks``: record (or replace) the container's blocks."""

@@ -85,7 +85,10 @@ class PodBudget:
 
     def holds(self, pod_uid: str) -> bool:
         """True while the pod has a reserved CPU or memory budget."""
-        return self.cpu.pod_cpus(pod_uid) is not None or self.memory.pod_blocks(pod_uid) is not None
+        return (
+            self.cpu.state.pod_cpus(pod_uid) is not None
+            or self.memory.state.pod_blocks(pod_uid) is not None
+        )
 
     def check(self, record: AdmittedPod, name: str, n: int, memory: Mapping[str, int]) -> None:
         """May container ``name`` of the pod take ``n`` exclusive CPUs (0: it shares the pod
@@ -93,13 +96,13 @@ class PodBudget:
         non-empty pool, a slice must pass :func:`check_slice`. Raises ``AdmissionError``."""
         uid = record.spec.uid
         live_shared = shared_alive(record, name)
-        if self.cpu.pod_cpus(uid) is not None:
+        if self.cpu.state.pod_cpus(uid) is not None:
             free = len(self.cpu.pod_shared_pool(uid))
             if n > 0:
                 check_slice(free, n, live_shared, CPU)
             elif free == 0:
                 raise AdmissionError(EMPTY_POD_SHARED_POOL_ERROR, cpu_pool_emptied())
-        if self.memory.pod_blocks(uid) is not None:
+        if self.memory.state.pod_blocks(uid) is not None:
             pool = self.memory.pod_pool(uid)
             if memory:
                 for resource, size in memory.items():
@@ -120,7 +123,7 @@ class PodBudget:
         changed, unless they are all in the pod shared pool) or the pod shared pool, and its
         exclusive ``memory`` or the memory pool; the shared containers follow their pool."""
         cpu, mem, uid = self.cpu, self.memory, record.spec.uid
-        if cpu.pod_cpus(uid) is not None:
+        if cpu.state.pod_cpus(uid) is not None:
             if cpus is not None:
                 cpu.adopt_pod_slice(uid, name, cpus)
                 record.shared.discard(name)
@@ -130,7 +133,7 @@ class PodBudget:
             else:
                 cpu.set_container_cpus(uid, name, cpu.pod_shared_pool(uid))
                 record.shared.add(name)
-        if mem.pod_blocks(uid) is not None:
+        if mem.state.pod_blocks(uid) is not None:
             if memory:
                 mem.take_from_pod(uid, name, memory)
             else:
@@ -140,7 +143,7 @@ class PodBudget:
     def pin_shared(self, record: AdmittedPod) -> None:
         """Put the pod's live shared containers on the pod shared pool as it is now."""
         cpu, uid = self.cpu, record.spec.uid
-        if cpu.pod_cpus(uid) is not None:
+        if cpu.state.pod_cpus(uid) is not None:
             pool = cpu.pod_shared_pool(uid)
             for name in record.shared:
                 if name not in record.stopped and cpu.assignment(uid, name) is not None:
