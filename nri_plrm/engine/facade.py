@@ -108,7 +108,8 @@ class Engine:
         self._on_default = ContainerAssignment(
             AssignmentType.NODE_SHARED, self.cpu_manager.default_cpuset, CPUSet()
         )
-        self._budget = PodBudget(self.cpu_manager, self.memory_manager, self._assignment_of)
+        self.budget = PodBudget(self.cpu_manager, self.memory_manager, self._assignment_of)
+        """The pod-level pods' CPU and memory budgets (checks, slices, shared containers)."""
 
     @property
     def _providers(self) -> tuple[HintProvider, ...]:
@@ -119,16 +120,6 @@ class Engine:
         """True when the Topology Manager aligns whole pods (a policy and scope ``pod``)."""
         tm = self.topology_manager
         return tm.policy != POLICY_NONE and tm.scope == SCOPE_POD
-
-    @property
-    def budget(self) -> PodBudget:
-        """The pod-level pods' CPU and memory budgets (checks, slices, shared containers)."""
-        budget = self._budget
-        if budget.cpu is not self.cpu_manager or budget.memory is not self.memory_manager:
-            budget = self._budget = PodBudget(
-                self.cpu_manager, self.memory_manager, self._assignment_of
-            )
-        return budget
 
     # -- whole pod ---------------------------------------------------------------------------
 
@@ -666,6 +657,9 @@ class Engine:
             )
             engine.memory_manager = MemoryManager.restore(
                 topology, config.memory_manager, data.get("memory", {})
+            )
+            engine.budget = PodBudget(
+                engine.cpu_manager, engine.memory_manager, engine._assignment_of
             )
             for uid, names in dict(data.get("affinity", {})).items():
                 for name, hint in dict(names).items():

@@ -152,6 +152,8 @@ class PodBudget:
 
     def shared_now(self, record: AdmittedPod) -> dict[str, ContainerAssignment]:
         """The assignments of the containers on the pod shared pool (to compare with later)."""
+        if not record.shared:
+            return {}
         uid = record.spec.uid
         return {n: self.assignment_of(uid, n) for n in record.shared}
 
