@@ -1,7 +1,8 @@
 """CPU Manager ``static`` policy with pod-level resource managers (KEP-5526), kubelet-exact.
 
-State as in the kubelet's ``cpu_manager_state``: the default set (the node shared pool),
-container entries and pod entries (the "bubble" of a pod-level pod). Driven whole
+The kubelet's ``policy_static.go``: it decides, and records its decisions in a
+:class:`~nri_plrm.engine.cpu_state.CPUState` (the default set, i.e. the node shared pool,
+container entries and pod entries, the "bubble" of a pod-level pod). Driven whole
 (``allocate``/``allocate_pod``, as ``policy_static.go``) or incrementally for NRI
 (``allocate_pod_bubble``, ``take_from_pod``, ``set_container_cpus``,
 ``release_container_slice``). On purpose unlike the kubelet: a failed allocation leaves no
@@ -14,7 +15,6 @@ Go map iteration is replaced by spec order and ascending ids.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from nri_plrm.base.cpuset import EMPTY, CPUSet
@@ -34,7 +34,13 @@ from nri_plrm.engine.cpu_requests import (
     qualifies_for_exclusive_cpus,
     validate_pod_scope_resources,
 )
-from nri_plrm.engine.cpu_state import parse_state, reusable_init_cpus, validate_state
+from nri_plrm.engine.cpu_state import (
+    POLICY_STATIC,
+    CPUState,
+    parse_state,
+    reusable_init_cpus,
+    validate_state,
+)
 from nri_plrm.engine.cpu_takes import KeptTakes
 from nri_plrm.engine.spec import (
     CPU,
@@ -51,8 +57,6 @@ from nri_plrm.engine.spec import (
 from nri_plrm.engine.topology_manager import HintList
 from nri_plrm.topology.model import Topology
 
-POLICY_STATIC = "static"
-
 ISOLATION_HOST = "host"
 ISOLATION_POD = "pod"
 ISOLATION_CONTAINER = "container"
@@ -61,7 +65,8 @@ T = TypeVar("T")
 
 
 class CPUManager:
-    """The static policy's state and decisions for one node (see the module docstring)."""
+    """The static policy's decisions for one node, recorded in :attr:`state` (see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -80,11 +85,9 @@ class CPUManager:
         self._reserved = self._pick_reserved()
         self._reserved_physical = CPUSet.from_mask(self._ix.siblings_mask(self._reserved.mask))
         self._all = topology.all_cpus
-        self._default = self._initial_default()
-        self._entries: dict[str, dict[str, CPUSet]] = {}
-        self._pod_entries: dict[str, CPUSet] = {}
-        self._pool_consumers: dict[str, set[str]] = {}
-        self._exclusive_inits: dict[str, set[str]] = {}
+        self.state = CPUState(self._initial_default())
+        """What the policy decided (read it freely; change it only through the policy, or to
+        record an allocation as it already runs: :mod:`~nri_plrm.engine.adoption`)."""
 
     # -- configuration -----------------------------------------------------------------------
     def _pick_reserved(self) -> CPUSet:
@@ -130,7 +133,7 @@ class CPUManager:
     @property
     def default_cpuset(self) -> CPUSet:
         """The node shared pool (the kubelet's ``defaultCPUSet``)."""
-        return self._default
+        return self.state.default
 
     @property
     def reserved_cpus(self) -> CPUSet:
@@ -139,7 +142,7 @@ class CPUManager:
 
     def available_cpus(self) -> CPUSet:
         """CPUs exclusive allocations can take now: default set minus reserved."""
-        return self._default - self._reserved
+        return self.state.default - self._reserved
 
     def allocatable_cpus(self) -> CPUSet:
         """All CPUs minus reserved (PodResources ``GetAllocatableResources``)."""
@@ -147,36 +150,27 @@ class CPUManager:
 
     def assignment(self, pod_uid: str, name: str) -> CPUSet | None:
         """The container's state entry, or None (it then runs on the default set)."""
-        return self._entries.get(pod_uid, {}).get(name)
+        return self.state.get_cpuset(pod_uid, name)
 
     def cpus_for(self, pod_uid: str, name: str) -> CPUSet:
         """``GetCPUSetOrDefault``: the container's entry, else the node shared pool."""
-        entry = self.assignment(pod_uid, name)
-        return self._default if entry is None else entry
+        return self.state.get_cpuset_or_default(pod_uid, name)
 
     def pod_cpus(self, pod_uid: str) -> CPUSet | None:
         """The pod entry (bubble) of a pod-level pod, or None."""
-        return self._pod_entries.get(pod_uid)
+        return self.state.pod_cpus(pod_uid)
 
     def entries(self) -> dict[str, dict[str, CPUSet]]:
         """A copy of every container entry."""
-        return {uid: dict(names) for uid, names in self._entries.items() if names}
+        return self.state.assignments()
 
     def pod_entries(self) -> dict[str, CPUSet]:
         """A copy of every pod entry."""
-        return dict(self._pod_entries)
+        return self.state.pod_entries()
 
     def pod_shared_pool(self, pod_uid: str) -> CPUSet:
         """The pod shared pool: bubble minus the pod's live exclusive slices (empty: no bubble)."""
-        bubble = self._pod_entries.get(pod_uid)
-        if bubble is None:
-            return EMPTY
-        held = 0
-        entries = self._entries.get(pod_uid, {})
-        for name in self._pool_consumers.get(pod_uid, ()):
-            if name in entries:
-                held |= entries[name].mask
-        return CPUSet.from_mask(bubble.mask & ~held)
+        return self.state.pod_shared_pool(pod_uid)
 
     def guaranteed_cpus(self, pod: PodSpec, container: ContainerSpec) -> int:
         """Exclusive CPUs the container is entitled to (0 = shared), per ``guaranteedCPUs``."""
@@ -206,14 +200,12 @@ class CPUManager:
         """How the container's CPUs were decided (metrics label and ``simulate`` output)."""
         if self.assignment(pod_uid, name) is None:
             return AssignmentType.NODE_SHARED
-        if pod_uid not in self._pod_entries:
+        state = self.state
+        if state.pod_cpus(pod_uid) is None:
             return AssignmentType.NODE_EXCLUSIVE
-        if name in self._pool_consumers.get(pod_uid, ()) or name in self._init_slices(pod_uid):
+        if state.is_pool_consumer(pod_uid, name) or state.is_init_slice(pod_uid, name):
             return AssignmentType.POD_EXCLUSIVE
         return AssignmentType.POD_SHARED
-
-    def _init_slices(self, pod_uid: str) -> set[str]:
-        return self._exclusive_inits.get(pod_uid, set())
 
     # -- policy primitives -------------------------------------------------------------------
     def _take_by_topology(self, available: CPUSet, n: int) -> CPUSet:
@@ -228,12 +220,18 @@ class CPUManager:
                 f"SMT Alignment Error: requested {n} cpus not multiple cpus per core = {group}",
             )
 
+    def keeps_whole_cores(self, cpus: CPUSet) -> bool:
+        """True unless ``full-pcpus-only`` is on and ``cpus`` hold only part of a core."""
+        if not self.options.full_pcpus_only:
+            return True
+        return self._ix.siblings_mask(cpus.mask) == cpus.mask
+
     def _enforce_smt_alignment(self, n: int) -> None:
         if not self.options.full_pcpus_only:
             return
         self.require_whole_cores(n)
         group = self.topology.cpus_per_core
-        physical = len(self._default - self._reserved_physical)
+        physical = len(self.state.default - self._reserved_physical)
         if n > physical:
             raise AdmissionError(
                 SMT_ALIGNMENT_ERROR,
@@ -250,26 +248,31 @@ class CPUManager:
             return CPUSet.from_mask(allocatable.mask & mask)
         return CPUSet.from_mask(allocatable.mask & ix.cpus_in_numa_mask(affinity))
 
-    def allocate_cpus(self, n: int, affinity: int | None, reusable: CPUSet = EMPTY) -> CPUSet:
+    def allocate_cpus(
+        self, n: int, affinity: int | None, reusable: CPUSet = EMPTY, *, exclude: CPUSet = EMPTY
+    ) -> CPUSet:
         """The kubelet's ``allocateCPUs``: NUMA-aligned CPUs first, then any; shrinks the default.
+        ``reusable``: CPUs it may take besides the free ones; ``exclude``: CPUs it must not take.
 
         Raises :class:`CPUAllocationError` (nothing changed) when the CPUs cannot be found.
         """
         allocatable = self.available_cpus() | reusable
+        if exclude:
+            allocatable = allocatable - exclude
         result = EMPTY
         if affinity is not None:
             aligned = self._aligned_cpus(affinity, allocatable)
             result = self._take_by_topology(aligned, min(n, len(aligned)))
         result = result | self._take_by_topology(allocatable - result, n - len(result))
-        self._default = self._default - result
+        self.state.set_default(self.state.default - result)
         return result
 
     def reusable_cpus(self, pod: PodSpec, name: str | None = None) -> CPUSet:
         """Init-container CPUs container ``name`` of the pod may reuse (the kubelet's
         ``cpusToReuse``), derived from the saved entries: see :func:`reusable_init_cpus`. Empty
         for a pod with a pod entry: its init slices are reused inside the bubble."""
-        entries = self._entries.get(pod.uid)
-        if not entries or pod.uid in self._pod_entries:
+        entries = self.state.pod_containers(pod.uid)
+        if not entries or self.state.pod_cpus(pod.uid) is not None:
             return EMPTY
         return reusable_init_cpus(pod, entries, name)
 
@@ -343,7 +346,7 @@ class CPUManager:
             cpus = self.allocate_cpus(n, affinity, reusable)
         except CPUAllocationError as err:
             raise unexpected(str(err)) from err
-        self._entries.setdefault(pod.uid, {})[container.name] = cpus
+        self.state.set_cpuset(pod.uid, container.name, cpus)
 
     def allocate_pod(self, pod: PodSpec, hint: TopologyHint | None) -> None:
         """Pod scope with pod-level resources (``AllocatePod``): bubble, slices, pod shared pool.
@@ -355,8 +358,9 @@ class CPUManager:
         total = self.pod_guaranteed_cpus(pod)
         if total == 0:
             return
-        saved_default = self._default
-        existing = self._pod_entries.get(pod.uid)
+        state = self.state
+        saved_default = state.default
+        existing = state.pod_cpus(pod.uid)
         try:
             message = self.validate_pod_scope_resources(pod)
             if message is not None:
@@ -369,15 +373,14 @@ class CPUManager:
                 bubble = existing
             partition, consumers, init_slices = self._partition(pod, bubble)
         except AdmissionError:
-            self._default = saved_default
+            state.set_default(saved_default)
             raise
-        self._pod_entries[pod.uid] = bubble
-        entries = self._entries.setdefault(pod.uid, {})
+        state.set_pod(pod.uid, bubble)
         for container in pod.all_containers():
-            if container.name not in entries:
-                entries[container.name] = partition[container.name]
-        self._pool_consumers.setdefault(pod.uid, set()).update(consumers)
-        self._exclusive_inits.setdefault(pod.uid, set()).update(init_slices)
+            if state.get_cpuset(pod.uid, container.name) is None:
+                state.set_cpuset(pod.uid, container.name, partition[container.name])
+        state.mark_pool_consumers(pod.uid, consumers)
+        state.mark_init_slices(pod.uid, init_slices)
 
     def _allocate_or_admission_error(self, n: int, affinity: int | None) -> CPUSet:
         try:
@@ -430,7 +433,7 @@ class CPUManager:
         Idempotent: an existing pod entry is returned unchanged. Returns the empty set for pods
         without a Guaranteed integral CPU budget. Raises :class:`AdmissionError`.
         """
-        existing = self._pod_entries.get(pod.uid)
+        existing = self.state.pod_cpus(pod.uid)
         if existing is not None:
             return existing
         total = self.pod_guaranteed_cpus(pod)
@@ -439,7 +442,7 @@ class CPUManager:
         self._enforce_smt_alignment(total)
         affinity = hint.numa_affinity if hint is not None else None
         bubble = self._allocate_or_admission_error(total, affinity)
-        self._pod_entries[pod.uid] = bubble
+        self.state.set_pod(pod.uid, bubble)
         return bubble
 
     def take_from_pod(self, pod_uid: str, name: str, n: int) -> CPUSet:
@@ -450,20 +453,19 @@ class CPUManager:
         :class:`AdmissionError` (``UnexpectedAdmissionError``, the kubelet's takeByTopology
         text) when the pool is too small, and ValueError when the pod has no pod entry.
         """
-        if pod_uid not in self._pod_entries:
+        state = self.state
+        if state.pod_cpus(pod_uid) is None:
             raise ValueError(f"pod {pod_uid}: has no pod-level cpuset; allocate its bubble first")
-        entries = self._entries.setdefault(pod_uid, {})
-        consumers = self._pool_consumers.setdefault(pod_uid, set())
-        existing = entries.get(name)
-        if existing is not None and name in consumers:
+        existing = state.get_cpuset(pod_uid, name)
+        if existing is not None and state.is_pool_consumer(pod_uid, name):
             return existing
-        pool = self.pod_shared_pool(pod_uid)
+        pool = state.pod_shared_pool(pod_uid)
         if existing is not None and len(existing) == n and existing <= pool:
-            consumers.add(name)
+            state.mark_pool_consumers(pod_uid, (name,))
             return existing
         cpus = self._take_or_admission_error(pool, n)
-        entries[name] = cpus
-        consumers.add(name)
+        state.set_cpuset(pod_uid, name, cpus)
+        state.mark_pool_consumers(pod_uid, (name,))
         return cpus
 
     def set_container_cpus(self, pod_uid: str, name: str, cpus: CPUSet) -> None:
@@ -474,18 +476,17 @@ class CPUManager:
             raise ValueError(
                 f"pod {pod_uid}, container {name}: cpus {outside} are not on this machine"
             )
-        self._entries.setdefault(pod_uid, {})[name] = cpus
-        self._pool_consumers.get(pod_uid, set()).discard(name)
-        self._init_slices(pod_uid).discard(name)
+        self.state.set_cpuset(pod_uid, name, cpus)
+        self.state.release_slice(pod_uid, name)
 
     def set_pod_cpus(self, pod_uid: str, cpus: CPUSet) -> None:
         """Replace a pod-level pod's reserved CPUs (a pod budget resize; CPUs it gains come
         from :meth:`allocate_cpus`, CPUs it drops go back with :meth:`give_back`)."""
-        self._pod_entries[pod_uid] = cpus
+        self.state.set_pod(pod_uid, cpus)
 
     def give_back(self, cpus: CPUSet) -> None:
         """Return CPUs an in-place resize took from a container or a pod to the shared pool."""
-        self._default = self._default | cpus
+        self.state.set_default(self.state.default | cpus)
 
     def release_container_slice(self, pod_uid: str, name: str) -> None:
         """Give an exited container's exclusive slice back to the pod shared pool.
@@ -493,87 +494,81 @@ class CPUManager:
         The entry is kept (a restart gets the same CPUs back when they are still free); the pod
         bubble is untouched. Idempotent.
         """
-        self._pool_consumers.get(pod_uid, set()).discard(name)
-        self._init_slices(pod_uid).discard(name)
+        self.state.release_slice(pod_uid, name)
+
+    # -- adoption: allocations recorded as they run ------------------------------------------
+    def adopt_container_cpus(self, pod_uid: str, name: str, cpus: CPUSet) -> None:
+        """Record ``cpus`` as a node-pool container entry as they are; raises ValueError
+        (nothing changed) unless they are all free (in the node shared pool, not reserved)."""
+        taken = cpus - self.available_cpus()
+        if taken or not cpus:
+            raise ValueError(f"cpus {taken or cpus} are not free for an exclusive allocation")
+        self.state.set_cpuset(pod_uid, name, cpus)
+        self.state.set_default(self.state.default - cpus)
+
+    def adopt_pod_cpus(
+        self, pod_uid: str, claimed: CPUSet, total: int, affinity: int | None, avoid: CPUSet
+    ) -> CPUSet:
+        """Record a pod entry of ``total`` CPUs that keeps ``claimed`` (free CPUs its running
+        containers hold); the rest is allocated as ``allocateCPUs`` would, preferring CPUs
+        outside ``avoid``. Returns the pod entry; raises ValueError (nothing changed) when that
+        is impossible."""
+        taken = claimed - self.available_cpus()
+        if taken or len(claimed) > total:
+            raise ValueError(f"pod cpus {claimed}: {taken or 'more than'} the budget of {total}")
+        extra = EMPTY
+        for excluded in (claimed | avoid, claimed):
+            try:
+                extra = self.allocate_cpus(total - len(claimed), affinity, exclude=excluded)
+                break
+            except CPUAllocationError as err:
+                if excluded == claimed:
+                    raise ValueError(f"pod budget of {total} cpus: {err}") from err
+        bubble = claimed | extra
+        self.state.set_default(self.state.default - claimed)
+        self.state.set_pod(pod_uid, bubble)
+        return bubble
+
+    def adopt_pod_slice(self, pod_uid: str, name: str, cpus: CPUSet) -> None:
+        """Record ``cpus`` as an exclusive slice of the pod's budget as they are; raises
+        ValueError (nothing changed) unless they are all in the pod shared pool."""
+        pool = self.state.pod_shared_pool(pod_uid)
+        if not cpus or not cpus <= pool:
+            raise ValueError(f"cpus {cpus - pool or cpus} are not free in the pod's budget {pool}")
+        self.state.set_cpuset(pod_uid, name, cpus)
+        self.state.mark_pool_consumers(pod_uid, (name,))
 
     # -- release -----------------------------------------------------------------------------
     def remove_container(self, pod_uid: str, name: str) -> None:
         """``RemoveContainer``: drop the entry; a pod-level pod's bubble goes back to the node
         pool only with its last container entry; a classic container's CPUs go back unless a
         sibling still holds them. Idempotent."""
-        entries = self._entries.get(pod_uid)
-        if entries is None or name not in entries:
+        state = self.state
+        released = state.delete(pod_uid, name)
+        if released is None:
             return
-        released = entries.pop(name)
-        self._pool_consumers.get(pod_uid, set()).discard(name)
-        self._init_slices(pod_uid).discard(name)
-        bubble = self._pod_entries.get(pod_uid)
+        entries = state.pod_containers(pod_uid)
+        bubble = state.pod_cpus(pod_uid)
         if bubble is not None:
             if not entries:
-                self._default = self._default | bubble
-                self._forget_pod(pod_uid)
+                state.set_default(state.default | bubble)
+                state.remove_pod(pod_uid)
             return
         in_use = EMPTY.union(*entries.values())
-        self._default = self._default | (released - in_use)
-        if not entries:
-            del self._entries[pod_uid]
+        state.set_default(state.default | (released - in_use))
 
     def remove_pod(self, pod_uid: str) -> None:
         """Release everything the pod holds (its bubble or its containers' CPUs). Idempotent."""
-        bubble = self._pod_entries.get(pod_uid)
-        held = EMPTY.union(*self._entries.get(pod_uid, {}).values())
-        self._default = self._default | (bubble if bubble is not None else held)
-        self._forget_pod(pod_uid)
-
-    def _forget_pod(self, pod_uid: str) -> None:
-        self._entries.pop(pod_uid, None)
-        self._pod_entries.pop(pod_uid, None)
-        self._pool_consumers.pop(pod_uid, None)
-        self._exclusive_inits.pop(pod_uid, None)
-
-    # -- one pod saved and put back (Engine.readmit) -------------------------------------------
-    def save_pod(self, pod_uid: str) -> SavedPodCPUs:
-        """The pod's entries and the default set now, for :meth:`restore_pod`."""
-        entries = self._entries.get(pod_uid)
-        consumers = self._pool_consumers.get(pod_uid)
-        inits = self._exclusive_inits.get(pod_uid)
-        return SavedPodCPUs(
-            pod_uid,
-            self._default,
-            None if entries is None else dict(entries),
-            self._pod_entries.get(pod_uid),
-            None if consumers is None else set(consumers),
-            None if inits is None else set(inits),
-        )
-
-    def restore_pod(self, saved: SavedPodCPUs) -> None:
-        """Back to ``saved``: valid when only that pod changed since :meth:`save_pod`."""
-        uid = saved.pod_uid
-        self._default = saved.default
-        _put(self._entries, uid, None if saved.entries is None else dict(saved.entries))
-        _put(self._pod_entries, uid, saved.pod_entry)
-        _put(self._pool_consumers, uid, _copied(saved.pool_consumers))
-        _put(self._exclusive_inits, uid, _copied(saved.exclusive_inits))
+        state = self.state
+        bubble = state.pod_cpus(pod_uid)
+        held = EMPTY.union(*state.pod_containers(pod_uid).values())
+        state.set_default(state.default | (bubble if bubble is not None else held))
+        state.remove_pod(pod_uid)
 
     # -- checkpoint --------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """JSON-able state: policy, default set, entries, pod entries, pool bookkeeping."""
-        return {
-            "policyName": POLICY_STATIC,
-            "defaultCpuSet": str(self._default),
-            "entries": {
-                uid: {name: str(cpus) for name, cpus in sorted(names.items())}
-                for uid, names in sorted(self._entries.items())
-                if names
-            },
-            "podEntries": {uid: str(cpus) for uid, cpus in sorted(self._pod_entries.items())},
-            "podPoolConsumers": {
-                uid: sorted(names) for uid, names in sorted(self._pool_consumers.items()) if names
-            },
-            "podInitSlices": {
-                uid: sorted(names) for uid, names in sorted(self._exclusive_inits.items()) if names
-            },
-        }
+        return self.state.to_dict(POLICY_STATIC)
 
     @classmethod
     def restore(
@@ -590,9 +585,13 @@ class CPUManager:
         """
         manager = cls(topology, config, topology_manager_policy=topology_manager_policy)
         saved = parse_state(data, POLICY_STATIC)
-        manager.start_from_state(saved.default, saved.entries, saved.pod_entries)
-        manager._pool_consumers = saved.pool_consumers
-        manager._exclusive_inits = saved.init_slices
+        manager.start_from_state(
+            saved.default,
+            saved.entries,
+            saved.pod_entries,
+            pool_consumers=saved.pool_consumers,
+            init_slices=saved.init_slices,
+        )
         return manager
 
     def start_from_state(
@@ -601,11 +600,14 @@ class CPUManager:
         entries: Mapping[str, Mapping[str, CPUSet]],
         pod_entries: Mapping[str, CPUSet] | None = None,
         *,
+        pool_consumers: Mapping[str, set[str]] | None = None,
+        init_slices: Mapping[str, set[str]] | None = None,
         validate: bool = True,
     ) -> None:
         """Replace the state (kubelet ``Start``): validated like ``validateState`` unless told not
         to; an empty default set with no entries initialises to all CPUs (minus reserved when
-        strict). Raises :class:`CPUStateError`."""
+        strict); ``pool_consumers`` and ``init_slices`` mark the pod-level slices (none when
+        not given). Raises :class:`CPUStateError`."""
         pods = dict(pod_entries or {})
         if validate:
             all_cpus = self._all
@@ -619,31 +621,5 @@ class CPUManager:
                 reserved=self._reserved,
                 strict=self.options.strict_cpu_reservation,
             )
-        self._default = default if default or entries else self._initial_default()
-        self._entries = {uid: dict(names) for uid, names in entries.items()}
-        self._pod_entries = pods
-        self._pool_consumers = {}
-        self._exclusive_inits = {}
-
-
-@dataclass(frozen=True)
-class SavedPodCPUs:
-    """One pod's CPU entries and the default set, as :meth:`CPUManager.save_pod` read them."""
-
-    pod_uid: str
-    default: CPUSet
-    entries: dict[str, CPUSet] | None
-    pod_entry: CPUSet | None
-    pool_consumers: set[str] | None
-    exclusive_inits: set[str] | None
-
-
-def _put(table: dict[str, T], key: str, value: T | None) -> None:
-    if value is None:
-        table.pop(key, None)
-    else:
-        table[key] = value
-
-
-def _copied(names: set[str] | None) -> set[str] | None:
-    return None if names is None else set(names)
+        default = default if default or entries else self._initial_default()
+        self.state.replace(default, entries, pods, pool_consumers, init_slices)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nri_plrm.base.cpuset import CPUSet
+from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.admitted import (
     MODE_CLASSIC,
     MODE_POD_LEVEL,
@@ -25,6 +25,8 @@ from nri_plrm.engine.admitted import (
     hint_from_dict,
     hint_to_dict,
 )
+from nri_plrm.engine.adoption import AdoptionError, bare_pod, has_budget, numa_mask
+from nri_plrm.engine.bitmask import mask_of
 from nri_plrm.engine.cpu_manager import CPUManager
 from nri_plrm.engine.cpu_options import CPUManagerConfig
 from nri_plrm.engine.device_manager import DeviceManager
@@ -33,12 +35,9 @@ from nri_plrm.engine.invariants import accounting_problems, placement_problems
 from nri_plrm.engine.memory_manager import MemoryManager
 from nri_plrm.engine.memory_state import MemoryManagerConfig
 from nri_plrm.engine.node_shared import NodeSharedSet
-from nri_plrm.engine.pod_budget import check_slice, cpu_pool_emptied, memory_pool_emptied
+from nri_plrm.engine.pod_budget import PodBudget
 from nri_plrm.engine.readmit import Explain, ReadmitRefused, Readmitted, SavedPod
 from nri_plrm.engine.spec import (
-    CPU,
-    EMPTY_POD_SHARED_POOL_ERROR,
-    MEMORY,
     AdmissionError,
     AssignmentType,
     ContainerAssignment,
@@ -110,13 +109,16 @@ class Engine:
         self._on_default = ContainerAssignment(
             AssignmentType.NODE_SHARED, self.cpu_manager.default_cpuset, CPUSet()
         )
+        self.budget = PodBudget(self.cpu_manager, self.memory_manager, self._assignment_of)
+        """The pod-level pods' CPU and memory budgets (checks, slices, shared containers)."""
 
     @property
     def _providers(self) -> tuple[HintProvider, ...]:
         return (self.cpu_manager, self.memory_manager, self.device_manager)
 
     @property
-    def _pod_scope(self) -> bool:
+    def pod_scope(self) -> bool:
+        """True when the Topology Manager aligns whole pods (a policy and scope ``pod``)."""
         tm = self.topology_manager
         return tm.policy != POLICY_NONE and tm.scope == SCOPE_POD
 
@@ -166,10 +168,10 @@ class Engine:
         pod_level = bare.has_pod_level_resources
         record = AdmittedPod(spec=bare, mode=MODE_POD_LEVEL if pod_level else MODE_CLASSIC)
         try:
-            if self._pod_scope and pod_level:
+            if self.pod_scope and pod_level:
                 record.hint = self.topology_manager.pod_hint(bare, self._providers)
                 self._reserve_budget(record)
-            elif self._pod_scope and (aggregate or pod.devices):
+            elif self.pod_scope and (aggregate or pod.devices):
                 aggregate = aggregate or {}
                 probe = PodSpec(
                     uid=pod.uid,
@@ -218,7 +220,8 @@ class Engine:
                 self._node_shared.add((uid, name))
             return self._assignment_of(uid, name), {}
         before = self.cpu_manager.default_cpuset
-        pool_before = {n: self._assignment_of(uid, n) for n in record.shared}
+        budget = self.budget
+        pool_before = budget.shared_now(record)
         known = next((c for c in record.containers if c.name == name), None)
         if known is not None and name not in record.stopped:
             return self._assignment_of(uid, name), {}
@@ -229,10 +232,10 @@ class Engine:
         else:
             record.containers.append(container)
         try:
-            if record.mode == MODE_POD_LEVEL and self._pod_scope:
-                if not self._has_budget(uid):
+            if record.mode == MODE_POD_LEVEL and self.pod_scope:
+                if not budget.holds(uid):
                     self._reserve_again(record)
-                self._add_to_budget(record, container)
+                self._add_to_budget(budget, record, container)
             else:
                 self._add_classic(record, container)
         except AdmissionError:
@@ -245,65 +248,20 @@ class Engine:
         else:  # a restarted container may come back with exclusive resources
             self._node_shared.discard((uid, name))
         changes = self._changes_since(before, exclude=(uid, name))
-        self._pod_pool_changes(record, pool_before, changes, exclude=name)
+        budget.moved(record, pool_before, changes, exclude=name)
         return assignment, changes
 
-    def _has_budget(self, pod_uid: str) -> bool:
-        return (
-            self.cpu_manager.pod_cpus(pod_uid) is not None
-            or self.memory_manager.pod_blocks(pod_uid) is not None
-        )
-
-    def _add_to_budget(self, record: AdmittedPod, container: ContainerSpec) -> None:
+    def _add_to_budget(
+        self, budget: PodBudget, record: AdmittedPod, container: ContainerSpec
+    ) -> None:
         """A container of a pod-level pod in scope pod. The budget was reserved at sandbox
         time, or again now if the kubelet's release rule (last container entry gone) gave it
         back meanwhile; a pod without a Guaranteed budget gets nothing (node shared pool)."""
-        cpu, mem = self.cpu_manager, self.memory_manager
         spec = record.spec_so_far()
-        uid, name = spec.uid, container.name
-        n = cpu.guaranteed_cpus(spec, container)
-        mem_req = mem.container_requests(spec, container)
-        live_shared = any(s not in record.stopped and s != name for s in record.shared)
-        has_bubble = cpu.pod_cpus(uid) is not None
-        has_memory = mem.pod_blocks(uid) is not None
-        if has_bubble:
-            free = len(cpu.pod_shared_pool(uid))
-            if n > 0:
-                check_slice(free, n, live_shared, CPU)
-            elif free == 0:
-                raise AdmissionError(EMPTY_POD_SHARED_POOL_ERROR, cpu_pool_emptied())
-        if has_memory:
-            pool = mem.pod_pool(uid)
-            if mem_req:
-                for resource, size in mem_req.items():
-                    check_slice(pool.get(resource, 0), size, live_shared, resource)
-            elif not any(v > 0 for v in pool.values()):
-                raise AdmissionError(EMPTY_POD_SHARED_POOL_ERROR, memory_pool_emptied(MEMORY))
-        if has_bubble:
-            if n > 0:
-                cpu.take_from_pod(uid, name, n)
-                record.shared.discard(name)
-            else:
-                cpu.set_container_cpus(uid, name, cpu.pod_shared_pool(uid))
-                record.shared.add(name)
-        if has_memory:
-            if mem_req:
-                mem.take_from_pod(uid, name, mem_req)
-            else:
-                mem.share_pod_pool(uid, name)
-        self._pin_shared_to_pod_pool(record)
-
-    def _pin_shared_to_pod_pool(self, record: AdmittedPod) -> None:
-        uid = record.spec.uid
-        if self.cpu_manager.pod_cpus(uid) is not None:
-            pool = self.cpu_manager.pod_shared_pool(uid)
-            for name in record.shared:
-                if (
-                    name not in record.stopped
-                    and self.cpu_manager.assignment(uid, name) is not None
-                ):
-                    self.cpu_manager.set_container_cpus(uid, name, pool)
-        self.memory_manager.refresh_shared(uid)
+        n = self.cpu_manager.guaranteed_cpus(spec, container)
+        memory = self.memory_manager.container_requests(spec, container)
+        budget.check(record, container.name, n, memory)
+        budget.carve(record, container.name, n, memory)
 
     def _add_classic(self, record: AdmittedPod, container: ContainerSpec) -> None:
         """The kubelet's container path: per-container hint, or the stored pod hint."""
@@ -342,16 +300,17 @@ class Engine:
         if known is None:
             return {}
         record.stopped.add(name)
-        if record.mode == MODE_POD_LEVEL and self._has_budget(pod_uid):
+        budget = self.budget
+        if record.mode == MODE_POD_LEVEL and budget.holds(pod_uid):
             if name in record.shared:
                 return {}
-            pool_before = {n: self._assignment_of(pod_uid, n) for n in record.shared}
+            pool_before = budget.shared_now(record)
             self.cpu_manager.release_container_slice(pod_uid, name)
             self.memory_manager.release_container_slice(pod_uid, name)
-            self._pin_shared_to_pod_pool(record)
+            budget.pin_shared(record)
             live = {n: a for n, a in pool_before.items() if n not in record.stopped}
             changes: Changes = {}
-            self._pod_pool_changes(record, live, changes, exclude=name)
+            budget.moved(record, live, changes, exclude=name)
             return changes
         if self.cpu_manager.assignment(pod_uid, name) is None and not (
             self.memory_manager.container_blocks(pod_uid, name)
@@ -365,9 +324,8 @@ class Engine:
         """Release a removed container per the kubelet's rules; the pools that grew."""
         record = self._pods.get(pod_uid)
         before = self.cpu_manager.default_cpuset
-        pool_before = {
-            n: self._assignment_of(pod_uid, n) for n in (record.shared if record else ())
-        }
+        budget = self.budget
+        pool_before = budget.shared_now(record) if record is not None else {}
         self.cpu_manager.remove_container(pod_uid, name)
         self.memory_manager.remove_container(pod_uid, name)
         self.topology_manager.remove_container(pod_uid, name)
@@ -376,10 +334,10 @@ class Engine:
             record.containers = [c for c in record.containers if c.name != name]
             record.stopped.discard(name)
             record.shared.discard(name)
-            self._pin_shared_to_pod_pool(record)
+            budget.pin_shared(record)
         changes = self._changes_since(before)
         if record is not None:
-            self._pod_pool_changes(record, pool_before, changes, exclude=name)
+            budget.moved(record, pool_before, changes, exclude=name)
         return changes
 
     def remove_pod(self, pod_uid: str) -> Changes:
@@ -456,16 +414,16 @@ class Engine:
             pod_uid,
             record,
             tuple(self._node_shared.names(pod_uid)),
-            self.cpu_manager.save_pod(pod_uid),
-            self.memory_manager.save_pod(pod_uid),
+            self.cpu_manager.state.save_pod(pod_uid),
+            self.memory_manager.state.save_pod(pod_uid),
             self.topology_manager.pod_affinity(pod_uid),
         )
 
     def restore_pod(self, saved: SavedPod) -> None:
         """Back to ``saved``; valid when only that pod changed since :meth:`save_pod`."""
         uid = saved.pod_uid
-        self.cpu_manager.restore_pod(saved.cpus)
-        self.memory_manager.restore_pod(saved.memory)
+        self.cpu_manager.state.restore_pod(saved.cpus)
+        self.memory_manager.state.restore_pod(saved.memory)
         self.topology_manager.set_pod_affinity(uid, saved.affinity)
         if saved.record is None:
             self._pods.pop(uid, None)
@@ -474,6 +432,141 @@ class Engine:
         self._node_shared.discard_pod(uid)
         for name in saved.node_shared:
             self._node_shared.add((uid, name))
+
+    # -- adoption: allocations recorded as they run (rules: nri_plrm/engine/adoption.py) -------
+
+    def adopt_sandbox(
+        self,
+        pod: PodSpec,
+        aggregate: ResourceList | None,
+        claimed: CPUSet,
+        avoid: CPUSet = EMPTY,
+        mems: CPUSet = EMPTY,
+    ) -> CPUSet:
+        """Admit a running pod keeping the CPUs its containers hold.
+
+        A pod with a CPU budget (:func:`~nri_plrm.engine.adoption.has_budget`) gets one
+        that contains ``claimed`` (its exclusive slices and shared pool as they run), completed
+        to its size on the same NUMA nodes, preferring CPUs outside ``avoid`` (what other
+        running containers hold); its memory budget is charged on the NUMA nodes of the CPUs.
+        Other pods reserve nothing: their pod hint is the NUMA nodes of ``claimed``, else the
+        NUMA nodes ``mems`` (the memory nodes its shared containers run on), or merged as at
+        ``RunPodSandbox`` when neither is given (none when that merge fails: the pod runs
+        already). Returns the budget's CPUs (empty when none). Raises ``AdoptionError``;
+        nothing changes then.
+        """
+        uid = pod.uid
+        if uid in self._pods:
+            raise AdoptionError(f"pod {uid}: already admitted")
+        bare = bare_pod(pod)
+        mode = MODE_POD_LEVEL if bare.has_pod_level_resources else MODE_CLASSIC
+        if not has_budget(self.cpu_manager, pod, pod_scope=self.pod_scope):
+            record = AdmittedPod(spec=bare, mode=mode)
+            nodes = [n for n in mems if n in self.topology.numa_nodes]
+            if self.pod_scope and claimed:
+                record.hint = TopologyHint(numa_mask(self.topology, claimed), True)
+            elif self.pod_scope and nodes:
+                record.hint = TopologyHint(mask_of(nodes), True)
+            elif self.pod_scope and aggregate:
+                try:
+                    self.admit_sandbox(pod, aggregate)
+                    return EMPTY
+                except AdmissionError:
+                    record.hint = None  # the pod runs already: admitted without a pod hint
+            self._pods[uid] = record
+            return EMPTY
+        total = self.cpu_manager.pod_guaranteed_cpus(bare)
+        affinity = numa_mask(self.topology, claimed) if claimed else None
+        try:
+            bubble = self.cpu_manager.adopt_pod_cpus(uid, claimed, total, affinity, avoid)
+        except ValueError as err:
+            raise AdoptionError(f"pod {uid}: {err}") from err
+        hint = TopologyHint(numa_mask(self.topology, bubble), True)
+        try:
+            self.memory_manager.allocate_pod_budget(bare, hint)
+        except AdmissionError as err:
+            self._rollback(uid)
+            raise AdoptionError(f"pod {uid}: memory budget: {err.message}") from err
+        self._pods[uid] = AdmittedPod(spec=bare, mode=mode, hint=hint)
+        return bubble
+
+    def adopt_container(
+        self, pod_uid: str, container: ContainerSpec, cpus: CPUSet, mems: CPUSet
+    ) -> ContainerAssignment:
+        """Record a running container of an admitted pod with the exclusive ``cpus`` it runs on,
+        after checking the engine could hold it now: free CPUs, as many as the request, a
+        pod-level pod's slices passing the pod budget's check (:class:`PodBudget`).
+
+        Only containers entitled to exclusive CPUs are adopted this way (shared ones get their
+        pool through :meth:`add_container`). Memory is charged on the NUMA nodes of ``mems``
+        (of ``cpus`` when empty). Raises ``AdoptionError``; nothing changes then.
+        """
+        record = self._pods.get(pod_uid)
+        name = container.name
+        if record is None or record.mode == MODE_WHOLE:
+            raise AdoptionError(f"pod {pod_uid}: not admitted from its NRI budget")
+        if any(c.name == name for c in record.containers):
+            raise AdoptionError(f"container {name}: already placed")
+        record.containers.append(container)
+        try:
+            self._adopt(record, container, cpus, mems)
+        except AdoptionError:
+            record.containers.remove(container)
+            raise
+        return self._assignment_of(pod_uid, name)
+
+    def _adopt(
+        self, record: AdmittedPod, container: ContainerSpec, cpus: CPUSet, mems: CPUSet
+    ) -> None:
+        cpu, mem, tm = self.cpu_manager, self.memory_manager, self.topology_manager
+        spec = record.spec_so_far()
+        uid, name = spec.uid, container.name
+        n = cpu.guaranteed_cpus(spec, container)
+        if n == 0:
+            raise AdoptionError(f"container {name}: not entitled to exclusive cpus")
+        if len(cpus) != n:
+            raise AdoptionError(
+                f"container {name}: runs on {cpus or 'every cpu'}, requests {n} cpus"
+            )
+        if not cpu.keeps_whole_cores(cpus):
+            raise AdoptionError(f"container {name}: cpus {cpus} are not whole cores")
+        if record.mode == MODE_POD_LEVEL and self.pod_scope and cpu.pod_cpus(uid) is not None:
+            budget = self.budget
+            memory = mem.container_requests(spec, container)
+            try:
+                budget.check(record, name, n, memory)
+                budget.carve(record, name, n, memory, cpus)
+            except (AdmissionError, ValueError) as err:
+                raise AdoptionError(f"container {name}: {err}") from err
+            return
+        try:
+            cpu.adopt_container_cpus(uid, name, cpus)
+        except ValueError as err:
+            raise AdoptionError(f"container {name}: {err}") from err
+        nodes = [n for n in mems if n in self.topology.numa_nodes]
+        hint = TopologyHint(mask_of(nodes) if nodes else numa_mask(self.topology, cpus), True)
+        try:
+            mem.allocate(spec, container, hint)
+        except AdmissionError as err:
+            cpu.remove_container(uid, name)
+            raise AdoptionError(f"container {name}: memory: {err.message}") from err
+        if tm.policy != POLICY_NONE:
+            tm.set_affinity(uid, name, hint)
+
+    def place_in_node_pool(self, pod: PodSpec, name: str) -> ContainerAssignment:
+        """Record a running container that cannot get its allocation in the node shared pool
+        (it then follows every change of that pool); the pod is recorded without resources
+        when the engine does not know it."""
+        uid = pod.uid
+        record = self._pods.get(uid)
+        if record is None:
+            bare = PodSpec(uid=uid, namespace=pod.namespace, name=pod.name)
+            record = AdmittedPod(spec=bare, mode=MODE_CLASSIC)
+            self._pods[uid] = record
+        if record.mode != MODE_WHOLE and all(c.name != name for c in record.containers):
+            record.containers.append(ContainerSpec(name))
+        self._node_shared.add((uid, name))
+        return self._assignment_of(uid, name)
 
     # -- in-place resize (nri_plrm/engine/resize.py) -------------------------------------------
 
@@ -538,25 +631,9 @@ class Engine:
             key: self._assignment_of(*key) for key in sorted(self._node_shared) if key != exclude
         }
 
-    def _pod_pool_changes(
-        self,
-        record: AdmittedPod,
-        pool_before: Mapping[str, ContainerAssignment],
-        changes: Changes,
-        exclude: str,
-    ) -> None:
-        """Add to ``changes`` the containers on the pod's shared pool that moved."""
-        uid = record.spec.uid
-        for other, old in pool_before.items():
-            if other == exclude or other not in record.shared:
-                continue
-            new = self._assignment_of(uid, other)
-            if new != old:
-                changes[(uid, other)] = new
-
     def _assignment_of(self, pod_uid: str, name: str) -> ContainerAssignment:
         cpu, mem = self.cpu_manager, self.memory_manager
-        if cpu.assignment(pod_uid, name) is None and not mem.has_blocks(pod_uid, name):
+        if cpu.state.get_cpuset(pod_uid, name) is None and not mem.state.get_blocks(pod_uid, name):
             return self.node_shared_assignment()
         atype = cpu.assignment_type(pod_uid, name)
         blocks = mem.container_blocks(pod_uid, name) or ()
@@ -607,7 +684,7 @@ class Engine:
         """The assignment of every container on the node shared pool without memory of its
         own: one object per pool (a new one once the pool moved), shared by every such
         container (they all run there)."""
-        default = self.cpu_manager.default_cpuset
+        default = self.cpu_manager.state.default
         if self._on_default.cpus is not default:
             self._on_default = ContainerAssignment(AssignmentType.NODE_SHARED, default, CPUSet())
         return self._on_default
@@ -666,6 +743,9 @@ class Engine:
             )
             engine.memory_manager = MemoryManager.restore(
                 topology, config.memory_manager, data.get("memory", {})
+            )
+            engine.budget = PodBudget(
+                engine.cpu_manager, engine.memory_manager, engine._assignment_of
             )
             for uid, names in dict(data.get("affinity", {})).items():
                 for name, hint in dict(names).items():

@@ -1,15 +1,15 @@
 """Memory Manager ``Static`` policy, kubelet-exact, with pod-level resources (KEP-5526).
 
-Containers get blocks (NUMA nodes, type, size) charged on the machine state
-(:mod:`.memory_state`); pod-level pods in pod scope get pod blocks charged once, and their
-containers' blocks are views of them. Init-container reuse (the kubelet's
-``initContainersReusableMemory``) is derived from the blocks: see :meth:`MemoryManager.reusable`.
+The kubelet's ``policy_static.go``: it decides, charges the machine state and records blocks
+(NUMA nodes, type, size) in a :class:`~nri_plrm.engine.memory_state.MemoryState`; pod-level
+pods in pod scope get pod blocks charged once, and their containers' blocks are views of them.
+Init-container reuse (the kubelet's ``initContainersReusableMemory``) is derived from the
+blocks: see :meth:`MemoryManager.reusable`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from nri_plrm.engine.bitmask import bits, mask_of
@@ -27,9 +27,8 @@ from nri_plrm.engine.memory_state import (
     MachineState,
     MemoryManagerConfig,
     MemoryManagerConfigError,
+    MemoryState,
     MemoryStateError,
-    MemoryTable,
-    NodeState,
     block_from_dict,
     default_machine_state,
     machine_state_from_dict,
@@ -57,7 +56,7 @@ def _pod_guaranteed(pod: PodSpec) -> bool:
 
 
 class MemoryManager:
-    """Machine state, container and pod blocks, hints and allocation of the Static policy."""
+    """Hints and allocation of the Static policy, recorded in :attr:`state`."""
 
     def __init__(self, topology: Topology, config: MemoryManagerConfig) -> None:
         for node in config.reserved:
@@ -68,12 +67,18 @@ class MemoryManager:
                 )
         self.topology = topology
         self.config = config
-        self.machine_state: MachineState = default_machine_state(topology, config)
-        self._entries: dict[str, dict[str, list[Block]]] = {}
-        self._pod_entries: dict[str, list[Block]] = {}
-        self._shared: dict[str, set[str]] = {}
-        """Containers of pod-level pods that sit on the pod shared pool (incremental mode)."""
+        self.state = MemoryState(default_machine_state(topology, config))
+        """What the policy decided (read it freely; change it through the policy)."""
         self._hints = HintCalculator(topology.numa_ids)
+
+    @property
+    def machine_state(self) -> MachineState:
+        """The machine state: memory tables per NUMA node (the state's)."""
+        return self.state.machine_state
+
+    @machine_state.setter
+    def machine_state(self, machine_state: MachineState) -> None:
+        self.state.set_machine_state(machine_state)
 
     @property
     def static(self) -> bool:
@@ -84,8 +89,9 @@ class MemoryManager:
 
     def _charge(self, numa: tuple[int, ...], name: str, size: int) -> None:
         """``updateMachineState``: count the assignment on every node, take memory in order."""
+        machine = self.state.machine_state
         for node in numa:
-            state = self.machine_state[node]
+            state = machine[node]
             state.number_of_assignments += 1
             state.cells = list(numa)
             if size == 0:
@@ -100,10 +106,11 @@ class MemoryManager:
 
     def _release(self, blocks: Iterable[Block]) -> None:
         """``releaseMemory``: uncount the assignment, give memory back in node order."""
+        machine = self.state.machine_state
         for b in blocks:
             size = b.size
             for node in b.numa:
-                state = self.machine_state[node]
+                state = machine[node]
                 state.number_of_assignments -= 1
                 if state.number_of_assignments == 0:
                     state.cells = [node]
@@ -165,7 +172,7 @@ class MemoryManager:
         machine state equal to the sum of the blocks (what ``validateState`` checks) also when
         NRI interleaves pods, when stopped containers had run side by side, and after a restore.
         """
-        entries = self._entries.get(pod.uid)
+        entries = self.state.pod_containers(pod.uid)
         out: dict[int, dict[str, int]] = {}
         if not entries:
             return out
@@ -186,7 +193,7 @@ class MemoryManager:
         """``calculateHints`` over the current machine state (see ``HintCalculator``); free
         memory counts what container ``container_name`` may reuse (:meth:`reusable`)."""
         return self._hints.calculate(
-            self.machine_state, requests, self.reusable(pod, container_name)
+            self.state.machine_state, requests, self.reusable(pod, container_name)
         )
 
     def get_topology_hints(self, pod: PodSpec, container: ContainerSpec) -> HintMap | None:
@@ -197,7 +204,7 @@ class MemoryManager:
         requests = self.container_requests(pod, container)
         if not requests:
             return None
-        blocks = self._entries.get(pod.uid, {}).get(container.name)
+        blocks = self.state.get_blocks(pod.uid, container.name)
         if blocks is not None:
             return regenerate_hints(blocks, requests)
         return self.calculate_hints(pod, requests, container.name)
@@ -211,13 +218,13 @@ class MemoryManager:
         if pod.has_pod_level_resources:
             if self.validate_pod_scope_resources(pod) is not None:
                 return {name: [] for name in requests}
-            pod_blocks = self._pod_entries.get(pod.uid)
+            pod_blocks = self.state.pod_blocks(pod.uid)
             if pod_blocks is not None and requests:
                 return regenerate_hints(pod_blocks, requests)
         if not requests:
             return None
         for c in pod.all_containers():
-            blocks = self._entries.get(pod.uid, {}).get(c.name)
+            blocks = self.state.get_blocks(pod.uid, c.name)
             if blocks is not None:
                 return regenerate_hints(blocks, requests)
         return self.calculate_hints(pod, requests)
@@ -278,10 +285,10 @@ class MemoryManager:
         requests = self.container_requests(pod, container)
         if not requests:
             return
-        if container.name in self._entries.get(pod.uid, {}):
+        if self.state.get_blocks(pod.uid, container.name) is not None:
             return
         mask = self._hints.choose_affinity(
-            self.machine_state, requests, self.reusable(pod, container.name), hint
+            self.state.machine_state, requests, self.reusable(pod, container.name), hint
         )
         numa = bits(mask)
         reusable = self.reusable(pod, container.name).get(mask, {})
@@ -289,13 +296,13 @@ class MemoryManager:
         for name, size in requests.items():
             blocks.append(Block(numa, name, size))
             self._charge(numa, name, size - min(size, reusable.get(name, 0)))
-        self._entries.setdefault(pod.uid, {})[container.name] = blocks
+        self.state.set_blocks(pod.uid, container.name, blocks)
         self._shrink_init_blocks(pod, container, blocks)
 
     def _shrink_init_blocks(
         self, pod: PodSpec, container: ContainerSpec, blocks: list[Block]
     ) -> None:
-        entries = self._entries.get(pod.uid, {})
+        entries = self.state.pod_containers(pod.uid)
         for cb in blocks:
             left = cb.size
             for ic in pod.init_containers:
@@ -319,7 +326,7 @@ class MemoryManager:
         Raises ``AdmissionError``."""
         if not self.static or not _pod_guaranteed(pod):
             return
-        if pod.uid in self._pod_entries:
+        if self.state.pod_blocks(pod.uid) is not None:
             return
         message = self.validate_pod_scope_resources(pod)
         if message is not None:
@@ -327,9 +334,12 @@ class MemoryManager:
         total = self.pod_requests(pod)
         if not total:
             return
-        mask = self._hints.choose_affinity(self.machine_state, total, self.reusable(pod), hint)
+        machine = self.state.machine_state
+        mask = self._hints.choose_affinity(machine, total, self.reusable(pod), hint)
         numa = bits(mask)
-        self._pod_entries[pod.uid] = [Block(numa, name, size) for name, size in total.items()]
+        self.state.set_pod_blocks(
+            pod.uid, [Block(numa, name, size) for name, size in total.items()]
+        )
         for name, size in total.items():
             self._charge(numa, name, size)
         sidecar = dict.fromkeys(total, 0)
@@ -357,14 +367,12 @@ class MemoryManager:
             exclusive[c.name] = [Block(numa, name, size) for name, size in req.items() if size > 0]
             for name, size in req.items():
                 app[name] = app.get(name, 0) - size
-        entries = self._entries.setdefault(pod.uid, {})
         for c in pod.all_containers():
             if c.name in exclusive:
-                entries[c.name] = exclusive[c.name]
+                self.state.set_blocks(pod.uid, c.name, exclusive[c.name])
             else:
-                entries[c.name] = [
-                    Block(numa, name, size) for name, size in app.items() if size > 0
-                ]
+                shared = [Block(numa, name, size) for name, size in app.items() if size > 0]
+                self.state.set_blocks(pod.uid, c.name, shared)
 
     # incremental primitives (NRI: containers one at a time) ------------------------------------
 
@@ -375,28 +383,30 @@ class MemoryManager:
         the pod pins no memory)."""
         if not self.static or not _pod_guaranteed(pod):
             return ()
-        existing = self._pod_entries.get(pod.uid)
+        existing = self.state.pod_blocks(pod.uid)
         if existing is not None:
             return existing[0].numa if existing else ()
         total = self.pod_requests(pod)
         if not total:
             return ()
         numa = bits(
-            self._hints.choose_affinity(self.machine_state, total, self.reusable(pod), hint)
+            self._hints.choose_affinity(self.state.machine_state, total, self.reusable(pod), hint)
         )
-        self._pod_entries[pod.uid] = [Block(numa, name, size) for name, size in total.items()]
+        self.state.set_pod_blocks(
+            pod.uid, [Block(numa, name, size) for name, size in total.items()]
+        )
         for name, size in total.items():
             self._charge(numa, name, size)
         return numa
 
     def pod_pool(self, pod_uid: str) -> dict[str, int]:
         """What is left of a pod-level pod's memory budget: budget minus live exclusive blocks."""
-        pod_blocks = self._pod_entries.get(pod_uid)
+        pod_blocks = self.state.pod_blocks(pod_uid)
         if pod_blocks is None:
             return {}
         left = {b.type: b.size for b in pod_blocks}
-        shared = self._shared.get(pod_uid, set())
-        for name, blocks in self._entries.get(pod_uid, {}).items():
+        shared = self.state.shared(pod_uid)
+        for name, blocks in self.state.pod_containers(pod_uid).items():
             if name in shared:
                 continue
             for b in blocks:
@@ -407,24 +417,24 @@ class MemoryManager:
         self, pod_uid: str, name: str, requests: Mapping[str, int]
     ) -> list[MemoryBlock]:
         """Record an exclusive slice of a pod-level pod's budget for a container."""
-        pod_blocks = self._pod_entries[pod_uid]
-        numa = pod_blocks[0].numa
+        numa = self._pod_numa(pod_uid)
         blocks = [Block(numa, t, s) for t, s in memory_requests(requests).items() if s > 0]
-        self._entries.setdefault(pod_uid, {})[name] = blocks
-        self._shared_of(pod_uid).discard(name)
+        self.state.set_blocks(pod_uid, name, blocks)
+        self.state.unmark_shared(pod_uid, name)
         return [b.frozen() for b in blocks]
 
-    def _shared_of(self, pod_uid: str) -> set[str]:
-        return self._shared.setdefault(pod_uid, set())
+    def _pod_numa(self, pod_uid: str) -> tuple[int, ...]:
+        pod_blocks = self.state.pod_blocks(pod_uid)
+        if pod_blocks is None:
+            raise KeyError(f"pod {pod_uid}: has no pod-level memory budget")
+        return pod_blocks[0].numa
 
     def share_pod_pool(self, pod_uid: str, name: str) -> list[MemoryBlock]:
         """Record a container on the pod shared pool (blocks = what the pool has left)."""
-        pod_blocks = self._pod_entries[pod_uid]
-        numa = pod_blocks[0].numa
-        shared = self._shared_of(pod_uid)
-        shared.add(name)
+        numa = self._pod_numa(pod_uid)
+        self.state.mark_shared(pod_uid, name)
         blocks = [Block(numa, t, s) for t, s in self.pod_pool(pod_uid).items() if s > 0]
-        self._entries.setdefault(pod_uid, {})[name] = blocks
+        self.state.set_blocks(pod_uid, name, blocks)
         return [b.frozen() for b in blocks]
 
     def release_container_slice(self, pod_uid: str, name: str) -> None:
@@ -432,113 +442,76 @@ class MemoryManager:
 
         The pod budget stays charged; the container's entry is dropped. Idempotent; a no-op
         for pods without a pod-level budget."""
-        if pod_uid not in self._pod_entries:
+        if self.state.pod_blocks(pod_uid) is None:
             return
-        self._entries.get(pod_uid, {}).pop(name, None)
-        self._shared.get(pod_uid, set()).discard(name)
+        self.state.delete(pod_uid, name)
 
     def refresh_shared(self, pod_uid: str) -> None:
         """Recompute the blocks of a pod's shared containers after the pool changed."""
-        pod_blocks = self._pod_entries.get(pod_uid)
+        pod_blocks = self.state.pod_blocks(pod_uid)
         if not pod_blocks:
             return
         numa = pod_blocks[0].numa
         pool = [(t, s) for t, s in self.pod_pool(pod_uid).items() if s > 0]
-        entries = self._entries.get(pod_uid, {})
-        for name in self._shared_of(pod_uid):
+        entries = self.state.pod_containers(pod_uid)
+        for name in self.state.shared(pod_uid):
             if name in entries:
-                entries[name] = [Block(numa, t, s) for t, s in pool]
+                self.state.set_blocks(pod_uid, name, [Block(numa, t, s) for t, s in pool])
 
     # release ----------------------------------------------------------------------------------
 
     def remove_container(self, pod_uid: str, name: str) -> None:
         """``RemoveContainer`` (§3.5): pod-level pods release their budget with the last entry."""
-        entries = self._entries.get(pod_uid)
-        if pod_uid in self._pod_entries:
-            if entries is not None:
-                entries.pop(name, None)
-                self._shared.get(pod_uid, set()).discard(name)
-            if not entries:
-                self._entries.pop(pod_uid, None)
-                self._release(self._pod_entries.pop(pod_uid))
-                self._forget(pod_uid)
+        state = self.state
+        if state.pod_blocks(pod_uid) is not None:
+            state.delete(pod_uid, name)
+            if not state.pod_containers(pod_uid):
+                _, pod_blocks = state.remove_pod(pod_uid)
+                self._release(pod_blocks or ())
             return
-        if entries is None or name not in entries:
-            return
-        blocks = entries.pop(name)
-        if not entries:
-            del self._entries[pod_uid]
-        self._release(blocks)
+        blocks = state.delete(pod_uid, name)
+        if blocks is not None:
+            self._release(blocks)
 
     def remove_pod(self, pod_uid: str) -> None:
         """Release everything a pod holds."""
-        entries = self._entries.pop(pod_uid, {})
-        if pod_uid in self._pod_entries:
-            self._release(self._pod_entries.pop(pod_uid))
+        entries, pod_blocks = self.state.remove_pod(pod_uid)
+        if pod_blocks is not None:
+            self._release(pod_blocks)
         else:
             for blocks in entries.values():
                 self._release(blocks)
-        self._forget(pod_uid)
-
-    def _forget(self, pod_uid: str) -> None:
-        self._shared.pop(pod_uid, None)
-
-    # one pod saved and put back (Engine.readmit) --------------------------------------------
-
-    def save_pod(self, pod_uid: str) -> SavedPodMemory:
-        """The pod's blocks and the machine state now, for :meth:`restore_pod`."""
-        entries = self._entries.get(pod_uid)
-        pod_entry = self._pod_entries.get(pod_uid)
-        shared = self._shared.get(pod_uid)
-        return SavedPodMemory(
-            pod_uid,
-            _copied_state(self.machine_state),
-            None if entries is None else {name: _copied(b) for name, b in entries.items()},
-            None if pod_entry is None else _copied(pod_entry),
-            None if shared is None else set(shared),
-        )
-
-    def restore_pod(self, saved: SavedPodMemory) -> None:
-        """Back to ``saved``: valid when only that pod changed since :meth:`save_pod`."""
-        uid = saved.pod_uid
-        entries, pod_entry = saved.entries, saved.pod_entry
-        self.machine_state = _copied_state(saved.machine_state)
-        if entries is not None:
-            entries = {name: _copied(blocks) for name, blocks in entries.items()}
-        _put(self._entries, uid, entries)
-        _put(self._pod_entries, uid, None if pod_entry is None else _copied(pod_entry))
-        _put(self._shared, uid, None if saved.shared is None else set(saved.shared))
 
     # queries ----------------------------------------------------------------------------------
 
     def has_blocks(self, pod_uid: str, name: str) -> bool:
         """True when the container holds memory blocks of its own."""
-        return bool(self._entries.get(pod_uid, {}).get(name))
+        return bool(self.state.get_blocks(pod_uid, name))
 
     def container_blocks(self, pod_uid: str, name: str) -> tuple[MemoryBlock, ...] | None:
         """A container's blocks, or None when it has no entry."""
-        blocks = self._entries.get(pod_uid, {}).get(name)
+        blocks = self.state.get_blocks(pod_uid, name)
         return None if blocks is None else tuple(b.frozen() for b in blocks)
 
     def pod_blocks(self, pod_uid: str) -> tuple[MemoryBlock, ...] | None:
         """A pod-level pod's budget blocks, or None."""
-        blocks = self._pod_entries.get(pod_uid)
+        blocks = self.state.pod_blocks(pod_uid)
         return None if blocks is None else tuple(b.frozen() for b in blocks)
 
     def numa_nodes_for(self, pod_uid: str, name: str) -> tuple[int, ...]:
         """``GetMemoryNUMANodes``: NUMA nodes of a container's blocks (empty: leave mems as is)."""
         nodes: set[int] = set()
-        for b in self._entries.get(pod_uid, {}).get(name, []):
+        for b in self.state.get_blocks(pod_uid, name) or ():
             nodes.update(b.numa)
         return tuple(sorted(nodes))
 
     def pods(self) -> tuple[str, ...]:
         """Pods with any entry."""
-        return tuple(sorted(set(self._entries) | set(self._pod_entries)))
+        return tuple(sorted(self.state.pods()))
 
     def containers(self, pod_uid: str) -> tuple[str, ...]:
         """Containers of a pod with an entry."""
-        return tuple(self._entries.get(pod_uid, {}))
+        return tuple(self.state.pod_containers(pod_uid))
 
     def allocatable(self) -> list[MemoryBlock]:
         """``GetAllocatableMemory``: one block per (NUMA node, type) with allocatable > 0."""
@@ -553,19 +526,7 @@ class MemoryManager:
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-able state with the kubelet's field names plus ``podEntries``."""
-        return {
-            "format": STATE_FORMAT,
-            "policyName": self.config.policy,
-            "machineState": {str(n): s.to_dict() for n, s in sorted(self.machine_state.items())},
-            "entries": {
-                uid: {name: [b.to_dict() for b in blocks] for name, blocks in entries.items()}
-                for uid, entries in self._entries.items()
-            },
-            "podEntries": {
-                uid: [b.to_dict() for b in blocks] for uid, blocks in self._pod_entries.items()
-            },
-            "podShared": {uid: sorted(names) for uid, names in self._shared.items() if names},
-        }
+        return self.state.to_dict(STATE_FORMAT, self.config.policy)
 
     @classmethod
     def restore(
@@ -625,46 +586,6 @@ class MemoryManager:
                     "[memorymanager] the expected machine state is different from the real one"
                 )
             mm.machine_state = restored
-        mm._entries = entries
-        mm._pod_entries = pod_entries
-        mm._shared = {str(u): set(map(str, n)) for u, n in dict(data.get("podShared", {})).items()}
+        shared = {str(u): set(map(str, n)) for u, n in dict(data.get("podShared", {})).items()}
+        mm.state.replace(entries, pod_entries, shared)
         return mm
-
-
-@dataclass(frozen=True)
-class SavedPodMemory:
-    """One pod's memory blocks and the machine state, as :meth:`MemoryManager.save_pod` read
-    them."""
-
-    pod_uid: str
-    machine_state: MachineState
-    entries: dict[str, list[Block]] | None
-    pod_entry: list[Block] | None
-    shared: set[str] | None
-
-
-def _put(table: dict[str, T], key: str, value: T | None) -> None:
-    if value is None:
-        table.pop(key, None)
-    else:
-        table[key] = value
-
-
-def _copied(blocks: list[Block]) -> list[Block]:
-    return [Block(b.numa, b.type, b.size) for b in blocks]
-
-
-def _copied_state(state: MachineState) -> MachineState:
-    """A copy of ``state`` sharing nothing mutable (a deep copy, written out: ``deepcopy`` made
-    saving one pod cost more than placing it)."""
-    return {
-        node: NodeState(
-            {
-                name: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
-                for name, t in ns.memory_map.items()
-            },
-            list(ns.cells),
-            ns.number_of_assignments,
-        )
-        for node, ns in state.items()
-    }

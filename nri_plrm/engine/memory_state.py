@@ -1,4 +1,6 @@
-"""The Memory Manager's configuration and state, with their kubelet-format (de)serialization.
+"""The Memory Manager's configuration and state (the kubelet's ``memorymanager/state``), with
+their kubelet-format (de)serialization. :class:`MemoryState` is the reader and writer the
+``Static`` policy (:mod:`.memory_manager`) changes it through.
 
 Machine state per NUMA node and memory type (``memory`` and every ``hugepages-<size>``):
 total, system reserved, allocatable (total - reserved, and for ``memory`` also minus the node's
@@ -9,9 +11,10 @@ order); here ``memory`` comes first, then hugepages sorted by name (:func:`order
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from nri_plrm.engine.spec import MEMORY, MemoryBlock, is_memory_resource
 from nri_plrm.topology.model import Topology
@@ -22,8 +25,15 @@ STATE_FORMAT = 1
 """Version of :meth:`MemoryManager.snapshot`'s layout."""
 
 
+T = TypeVar("T")
+
+
 class MemoryManagerConfigError(ValueError):
     """A memory manager setting the kubelet would refuse."""
+
+
+_NO_ENTRIES: Mapping[str, list[Block]] = MappingProxyType({})
+"""The container entries of a pod without any (read only)."""
 
 
 class MemoryStateError(ValueError):
@@ -157,6 +167,143 @@ def block_from_dict(data: Mapping[str, Any]) -> Block:
     return Block(numa, kind, size)
 
 
+class MemoryState:
+    """The kubelet's memory manager ``State`` (``GetMachineState``/``SetMachineState``,
+    ``GetMemoryBlocks``/``SetMemoryBlocks``, ``Delete``) with the pod-level additions: pod
+    entries (the blocks of a pod-level pod's budget) and the containers of such a pod that sit
+    on its shared pool.
+
+    It records what it is told; the policy decides, and charges the machine state (whose
+    tables it updates in place, as the kubelet's policy does on the copy it then stores).
+    Blocks handed out are the state's own: the policy shrinks an init container's blocks in
+    place when a later container reuses them (``updateInitContainersMemoryBlocks``).
+    """
+
+    def __init__(self, machine_state: MachineState) -> None:
+        self.machine_state = machine_state
+        """``GetMachineState``: node states by NUMA node id. Read it (the policy updates its
+        tables in place); replace it with :meth:`set_machine_state`."""
+        self._entries: dict[str, dict[str, list[Block]]] = {}
+        self._pod_entries: dict[str, list[Block]] = {}
+        self._shared: dict[str, set[str]] = {}
+
+    # -- reader ------------------------------------------------------------------------------
+    def get_blocks(self, pod_uid: str, name: str) -> list[Block] | None:
+        """``GetMemoryBlocks``: the container's blocks, or None when it has no entry."""
+        entries = self._entries.get(pod_uid)
+        return None if entries is None else entries.get(name)
+
+    def pod_containers(self, pod_uid: str) -> Mapping[str, list[Block]]:
+        """The container entries of one pod (read only; empty when none)."""
+        return self._entries.get(pod_uid, _NO_ENTRIES)
+
+    def pod_blocks(self, pod_uid: str) -> list[Block] | None:
+        """A pod-level pod's budget blocks, or None."""
+        return self._pod_entries.get(pod_uid)
+
+    def shared(self, pod_uid: str) -> Set[str]:
+        """The containers of a pod-level pod on its shared pool (read only)."""
+        return self._shared.get(pod_uid, frozenset())
+
+    def pods(self) -> Iterator[str]:
+        """Pods with a container entry or a pod entry (each once, unordered)."""
+        return iter(set(self._entries) | set(self._pod_entries))
+
+    def to_dict(self, state_format: int, policy_name: str) -> dict[str, Any]:
+        """The saved form: the kubelet's field names plus ``podEntries`` and ``podShared``."""
+        machine = self.machine_state
+        return {
+            "format": state_format,
+            "policyName": policy_name,
+            "machineState": {str(n): s.to_dict() for n, s in sorted(machine.items())},
+            "entries": {
+                uid: {name: [b.to_dict() for b in blocks] for name, blocks in entries.items()}
+                for uid, entries in self._entries.items()
+            },
+            "podEntries": {
+                uid: [b.to_dict() for b in blocks] for uid, blocks in self._pod_entries.items()
+            },
+            "podShared": {uid: sorted(names) for uid, names in self._shared.items() if names},
+        }
+
+    # -- one pod saved and put back (Engine.readmit) -------------------------------------------
+    def save_pod(self, pod_uid: str) -> SavedPodMemory:
+        """The pod's blocks and the machine state now, for :meth:`restore_pod`."""
+        entries = self._entries.get(pod_uid)
+        pod_entry = self._pod_entries.get(pod_uid)
+        shared = self._shared.get(pod_uid)
+        return SavedPodMemory(
+            pod_uid,
+            _copied_state(self.machine_state),
+            None if entries is None else {name: _copied(b) for name, b in entries.items()},
+            None if pod_entry is None else _copied(pod_entry),
+            None if shared is None else set(shared),
+        )
+
+    def restore_pod(self, saved: SavedPodMemory) -> None:
+        """Back to ``saved``: valid when only that pod changed since :meth:`save_pod`."""
+        uid = saved.pod_uid
+        entries, pod_entry = saved.entries, saved.pod_entry
+        self.machine_state = _copied_state(saved.machine_state)
+        if entries is not None:
+            entries = {name: _copied(blocks) for name, blocks in entries.items()}
+        _put(self._entries, uid, entries)
+        _put(self._pod_entries, uid, None if pod_entry is None else _copied(pod_entry))
+        _put(self._shared, uid, None if saved.shared is None else set(saved.shared))
+
+    # -- writer ------------------------------------------------------------------------------
+    def set_machine_state(self, machine_state: MachineState) -> None:
+        """``SetMachineState``."""
+        self.machine_state = machine_state
+
+    def set_blocks(self, pod_uid: str, name: str, blocks: list[Block]) -> None:
+        """``SetMemoryBlocks``: record (or replace) the container's blocks."""
+        self._entries.setdefault(pod_uid, {})[name] = blocks
+
+    def delete(self, pod_uid: str, name: str) -> list[Block] | None:
+        """``Delete``: drop the container's blocks and its place on the pod shared pool; the
+        blocks it held, or None. A pod's map of containers goes with its last one unless the
+        pod has a pod entry (it then stays, maybe empty, until :meth:`remove_pod`)."""
+        self.unmark_shared(pod_uid, name)
+        entries = self._entries.get(pod_uid)
+        if entries is None:
+            return None
+        blocks = entries.pop(name, None)
+        if not entries and pod_uid not in self._pod_entries:
+            del self._entries[pod_uid]
+        return blocks
+
+    def set_pod_blocks(self, pod_uid: str, blocks: list[Block]) -> None:
+        """Record a pod-level pod's budget blocks."""
+        self._pod_entries[pod_uid] = blocks
+
+    def mark_shared(self, pod_uid: str, name: str) -> None:
+        """Record the container as sitting on its pod's shared pool."""
+        self._shared.setdefault(pod_uid, set()).add(name)
+
+    def unmark_shared(self, pod_uid: str, name: str) -> None:
+        """The container no longer sits on its pod's shared pool."""
+        names = self._shared.get(pod_uid)
+        if names is not None:
+            names.discard(name)
+
+    def remove_pod(self, pod_uid: str) -> tuple[dict[str, list[Block]], list[Block] | None]:
+        """Forget everything recorded for the pod; its container entries and pod entry."""
+        self._shared.pop(pod_uid, None)
+        return self._entries.pop(pod_uid, {}), self._pod_entries.pop(pod_uid, None)
+
+    def replace(
+        self,
+        entries: dict[str, dict[str, list[Block]]],
+        pod_entries: dict[str, list[Block]],
+        shared: dict[str, set[str]],
+    ) -> None:
+        """Replace every entry (``SetMemoryAssignments``); the machine state stays."""
+        self._entries = entries
+        self._pod_entries = pod_entries
+        self._shared = shared
+
+
 def default_machine_state(topology: Topology, config: MemoryManagerConfig) -> dict[int, NodeState]:
     """The machine state before any assignment: per node and type, total minus reserved (and
     for ``memory`` minus the node's hugepages). Raises MemoryManagerConfigError."""
@@ -248,3 +395,42 @@ def _group_sum(state: dict[int, NodeState], group: list[int], name: str) -> tupl
             free += t.free
             reserved += t.reserved
     return free, reserved
+
+
+@dataclass(frozen=True)
+class SavedPodMemory:
+    """One pod's memory blocks and the machine state, as :meth:`MemoryState.save_pod` read
+    them."""
+
+    pod_uid: str
+    machine_state: MachineState
+    entries: dict[str, list[Block]] | None
+    pod_entry: list[Block] | None
+    shared: set[str] | None
+
+
+def _put(table: dict[str, T], key: str, value: T | None) -> None:
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value
+
+
+def _copied(blocks: list[Block]) -> list[Block]:
+    return [Block(b.numa, b.type, b.size) for b in blocks]
+
+
+def _copied_state(state: MachineState) -> MachineState:
+    """A copy of ``state`` sharing nothing mutable (a deep copy, written out: ``deepcopy`` made
+    saving one pod cost more than placing it)."""
+    return {
+        node: NodeState(
+            {
+                name: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
+                for name, t in ns.memory_map.items()
+            },
+            list(ns.cells),
+            ns.number_of_assignments,
+        )
+        for node, ns in state.items()
+    }

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nri_plrm.engine.admitted import AdmittedPod
-from nri_plrm.engine.cpu_manager import SavedPodCPUs
-from nri_plrm.engine.memory_manager import SavedPodMemory
+from nri_plrm.engine.cpu_state import SavedPodCPUs
+from nri_plrm.engine.memory_state import SavedPodMemory
 from nri_plrm.engine.spec import (
     AdmissionError,
     ContainerAssignment,

@@ -44,10 +44,10 @@ from nri_plrm.base.cpuset import EMPTY, CPUSet
 from nri_plrm.engine.admitted import MODE_WHOLE, AdmittedPod
 from nri_plrm.engine.cpu_assignment import CPUAllocationError, take_by_topology
 from nri_plrm.engine.cpu_requests import QOS_GUARANTEED, effective_requests, pod_qos
+from nri_plrm.engine.pod_budget import check_slice
 from nri_plrm.engine.resize_topology import grow_affinity
 from nri_plrm.engine.spec import (
     CPU,
-    EMPTY_POD_SHARED_POOL_ERROR,
     MEMORY,
     AdmissionError,
     AssignmentType,
@@ -342,19 +342,7 @@ def _resize_bubble(engine: Engine, record: AdmittedPod, resized: PodSpec, bubble
     cpu.require_whole_cores(total)
     uid = resized.uid
     pool = cpu.pod_shared_pool(uid)
-    slices = len(bubble) - len(pool)
-    if total < slices:
-        raise AdmissionError(
-            EMPTY_POD_SHARED_POOL_ERROR,
-            f"pod rejected, exclusive container requests {slices} cpus, but only {total} "
-            "available in the pod budget",
-        )
-    if total == slices and _shared_containers(engine, record):
-        raise AdmissionError(
-            EMPTY_POD_SHARED_POOL_ERROR,
-            "pod rejected, sum of exclusive container cpu requests equals pod budget, leaving no "
-            "cpus for shared containers",
-        )
+    check_slice(total, len(bubble) - len(pool), bool(_shared_containers(engine, record)), CPU)
     if total > len(bubble):
         blocks = engine.memory_manager.pod_blocks(uid) or ()
         memory_numa = tuple(sorted({n for b in blocks for n in b.numa_nodes}))

@@ -12,7 +12,6 @@ from functools import partial
 from typing import Any, cast
 
 from nri_plrm.base.cpuset import EMPTY, CPUSet
-from nri_plrm.engine.adoption import adopt_container, adopt_sandbox, place_in_node_pool
 from nri_plrm.engine.facade import Changes, Engine
 from nri_plrm.engine.readmit import Explain, Readmitted
 from nri_plrm.engine.resize import resize_container, resize_pod
@@ -163,7 +162,7 @@ class Transitions:
         """Admit a running pod keeping the CPUs its containers hold, or the memory nodes its
         shared containers run on (``engine.adoption``). Raises ``AdoptionError``; nothing
         changes then."""
-        adopt_sandbox(self.engine, intent.spec, intent.aggregate, claimed, avoid, mems)
+        self.engine.adopt_sandbox(intent.spec, intent.aggregate, claimed, avoid, mems)
         record = PodRecord(intent=intent, sandbox_id=sandbox_id)
         self.tables.pods[uid] = record
         self.changed_pods.add(uid)
@@ -184,7 +183,7 @@ class Transitions:
     ) -> tuple[ContainerAssignment, Op]:
         """Record a running container with the exclusive cpus it runs on. Raises
         ``AdoptionError``; nothing changes then."""
-        assignment = adopt_container(self.engine, uid, cspec, cpus, mems)
+        assignment = self.engine.adopt_container(uid, cspec, cpus, mems)
         self.tables.pods[uid].containers[name] = cid
         self.tables.ids[cid] = (uid, name)
         self.changed_pods.add(uid)
@@ -203,7 +202,7 @@ class Transitions:
         """Record a running container that cannot get its allocation in the node shared
         pool."""
         record = self.tables.pods[uid]
-        assignment = place_in_node_pool(self.engine, record.pod_spec, name)
+        assignment = self.engine.place_in_node_pool(record.pod_spec, name)
         record.containers[name] = cid
         self.tables.ids[cid] = (uid, name)
         self.changed_pods.add(uid)

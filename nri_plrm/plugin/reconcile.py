@@ -200,14 +200,16 @@ class Reconciler:
                 and is_sole_guaranteed_candidate(intent, running[0][0])
             ):
                 intent = as_classic(intent)  # promoted by the single-container inference
-            budget = intent.mode is PodMode.BUDGET and has_budget(engine, intent.spec)
+            budget = intent.mode is PodMode.BUDGET and has_budget(
+                engine.cpu_manager, intent.spec, pod_scope=engine.pod_scope
+            )
             mems = EMPTY
             if not budget and not any(r.exclusive for _, r in running):
                 mems = self._memory_nodes(intent, running)
                 if not mems:
                     return
             members = [
-                (exclusive_request(engine, intent.spec, container_spec(intent, c)), r)
+                (exclusive_request(engine.cpu_manager, intent.spec, container_spec(intent, c)), r)
                 for c, r in running
             ]
         except IntentError:
