@@ -177,7 +177,7 @@ def test_pod_aligned_with_its_gpu_from_the_checkpoint_without_asking_the_socket(
     plugin = stored_plugin(tmp_path / "state", (EXAMPLES / "pod-scope.toml").read_text())
     plugin.devices = KubeletDevices(
         sock,
-        0.1,
+        5.0,  # the inventory asked once at start must not miss a short deadline on a busy machine
         count=metrics.device_lookup,
         count_source=metrics.device_lookup_source,
         checkpoint=DeviceCheckpoint(str(path)),
