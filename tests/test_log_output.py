@@ -47,6 +47,24 @@ def test_the_line_is_formatted_on_the_callers_thread() -> None:
     assert stream.getvalue() == "values [1]\n"
 
 
+class _Entered:
+    """A stream whose ``entered`` is set once a write began (the writer took its batch)."""
+
+    def __init__(self, stream: io.TextIOBase) -> None:
+        self.inner = stream
+        self.entered = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.entered.set()
+        return self.inner.write(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class _BlockedPipe:
     """A reader that stopped reading: a full pipe whose writer blocks until ``release``."""
 
@@ -59,7 +77,7 @@ class _BlockedPipe:
         except BlockingIOError:
             pass
         os.set_blocking(write_fd, True)
-        self.stream = os.fdopen(write_fd, "w")
+        self.stream = _Entered(os.fdopen(write_fd, "w"))
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read)
 
@@ -76,7 +94,7 @@ def test_a_stalled_reader_never_blocks_the_caller_and_the_loss_is_reported() -> 
     pipe = _BlockedPipe()
     output = BatchedOutput(pipe.stream, capacity=50)
     output.handle(record("first"))
-    time.sleep(FLUSH_INTERVAL * 3)  # the writer is now blocked in its write
+    assert pipe.stream.entered.wait(30)  # the writer took "first": it blocks in its flush
     start = time.perf_counter()
     for i in range(1000):
         output.handle(record("line %d", i))

@@ -462,6 +462,24 @@ class Persistence:
             self._writer.shutdown(wait=True)
             self._writer = None
 
+    def halt(self) -> None:
+        """Stop as a killed plugin stops, for a restart in the same process (tests): no timer
+        fires later and no fold or export finishes (a write the worker thread has begun
+        completes, as a killed process's last rename did or did not happen), and the journal
+        is closed without a final checkpoint."""
+        for handle in (self._compact_handle, self._export_handle):
+            if handle is not None:
+                handle.cancel()
+        self._compact_handle = self._export_handle = None
+        for task in (self._fold, self._exporting):
+            if task is not None and not task.get_loop().is_closed():
+                task.cancel()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True, cancel_futures=True)
+            self._writer = None
+        if self.journal is not None:
+            self.journal.close()
+
     @contextmanager
     def _counted_write(self) -> Iterator[None]:
         """Report the write inside, its duration and whether it raised, to the observer."""

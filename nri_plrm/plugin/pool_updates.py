@@ -277,6 +277,14 @@ class UpdateFlusher:
             self._hurry()
             await asyncio.shield(self._task)
 
+    async def idle(self) -> None:
+        """Wait until everything queued has been sent, at the flusher's own pace (unlike
+        :meth:`drain`, it does not hurry the batches: tests see what the runtime gets when
+        the node settles, however slow the machine). Returns also when sending stops (the
+        connection was lost)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait({self._task})
+
     async def _flush(self) -> None:
         while self._queued and self.sender is not None:
             await self._pause()

@@ -77,14 +77,10 @@ class Events:
 
 
 def crash(plugin: Plugin) -> None:
-    """What SIGKILL leaves: no timer of this plugin fires later in the test's event loop and
-    its journal is closed without a final checkpoint."""
-    persistence = plugin.ledger.persistence
-    for handle in (persistence._compact_handle, persistence._export_handle):
-        if handle is not None:
-            handle.cancel()
-    if persistence.journal is not None:
-        persistence.journal.close()
+    """What SIGKILL leaves: nothing of this plugin writes to the state directory later in the
+    test's event loop and its journal is closed without a final checkpoint (``serve`` with
+    ``clean_stop=False`` does the same)."""
+    plugin.ledger.persistence.halt()
 
 
 def uids(rt: FakeRuntime) -> set[str]:

@@ -22,11 +22,12 @@ from nri_plrm.util.http_server import WORKERS
 
 IDLE = 400
 """Idle connections opened (far over the server's 64)."""
+IDLE_TIMEOUT = 1.0
 
 
 @pytest.fixture
 def server() -> Iterator[MetricsServer]:
-    s = MetricsServer(Metrics(), "127.0.0.1:0", lambda: (True, "ok"), idle_timeout=1.0)
+    s = MetricsServer(Metrics(), "127.0.0.1:0", lambda: (True, "ok"), idle_timeout=IDLE_TIMEOUT)
     s.start()
     yield s
     s.stop()
@@ -72,10 +73,13 @@ def test_idle_flood_keeps_threads_bounded_and_probes_answered(server: MetricsSer
 
 
 def test_idle_connections_are_closed_after_the_timeout(server: MetricsServer) -> None:
+    opened = time.monotonic()
     socks = idle_connections(server.port, 20)
     try:
         time.sleep(0.3)
-        assert not any(closed_by_server(s, 0.01) for s in socks), "closed before the timeout"
+        early = [s for s in socks if closed_by_server(s, 0.01)]
+        # a loaded machine may reach this line after the timeout: only then may some be closed
+        assert not early or time.monotonic() - opened >= IDLE_TIMEOUT, "closed before the timeout"
         assert all(closed_by_server(s, 3.0) for s in socks), "idle connection left open"
         assert server.http.connections() == 0
         assert get(server.port, "/healthz")[0] == 200

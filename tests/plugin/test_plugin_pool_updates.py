@@ -87,20 +87,56 @@ def test_churn_that_takes_the_same_cpus_back_sends_the_pool_nothing(tmp_path: Pa
     asyncio.run(main())
 
 
+class Timeline:
+    """When the plugin decided and when its flusher sent an ``UpdateContainers`` (loop time):
+    what a test checks the flusher's rule against, whatever the machine's speed."""
+
+    def __init__(self, plugin: Plugin, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.decided: list[float] = []
+        self.sent: list[float] = []
+        loop = asyncio.get_running_loop()
+        commit, send = plugin.ledger.commit, plugin.flusher.sender
+        assert send is not None
+
+        def timed_commit(op: object, *, release: bool = False) -> None:
+            self.decided.append(loop.time())
+            commit(op, release=release)  # type: ignore[arg-type]
+
+        async def timed_send(updates: list[api.ContainerUpdate]) -> object:
+            self.sent.append(loop.time())
+            return await send(updates)
+
+        monkeypatch.setattr(plugin.ledger, "commit", timed_commit)
+        plugin.flusher.sender = timed_send
+
+    def early_sends(self, settle: float, wait_max: float) -> list[str]:
+        """Sends made before decisions paused for ``settle`` and before ``wait_max`` since the
+        first decision after the previous send (no later than the change the send carries)."""
+        early, since = [], self.decided[0] if self.decided else 0.0
+        for at in self.sent:
+            last = max((t for t in self.decided if t <= at), default=since)
+            first = min((t for t in self.decided if t >= since), default=at)
+            if at - last < settle and at - first < wait_max:
+                early.append(f"sent {at - last:.3f} s after a decision, {at - first:.3f} s queued")
+            since = at
+        return early
+
+
 def test_a_grown_pool_waits_while_decisions_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pool grows and shrinks back on both sides of where one ``SETTLE`` after the first
-    removal ends: still nothing is sent, since decisions never paused that long."""
+    removal ends: nothing is sent while decisions do not pause that long (on a fast machine:
+    nothing at all; a loaded one may pause the test longer, and the flusher may then send)."""
     delay = 0.2
     monkeypatch.setattr(pool_updates, "SETTLE", delay)
     plugin = stored_plugin(tmp_path / "state")
 
     async def main() -> None:
         async with serve(plugin, str(tmp_path / "nri.sock")) as s:
-            rt, sim = s.runtime, s.sim
-            shared, pod = await followers_and_a_guaranteed_pod(rt)
-            before = updates_to(sim, shared)
+            rt = s.runtime
+            _, pod = await followers_and_a_guaranteed_pod(rt)
+            timeline = Timeline(plugin, monkeypatch)
             for n in range(1, 3):
                 await rt.remove_pod(pod)  # grown: from here on, one delay would have sent it
                 await asyncio.sleep(0.6 * delay)
@@ -110,7 +146,7 @@ def test_a_grown_pool_waits_while_decisions_go_on(
             await asyncio.sleep(0.6 * delay)
             await rt.launch(guaranteed(3))
             await rt.settle()
-            assert updates_to(sim, shared) == before
+            assert timeline.early_sends(delay, pool_updates.SHRINK_WAIT_MAX) == []
             assert check(plugin.ledger.engine, rt, {p.uid for p in rt.pods.values()}) == []
 
     asyncio.run(main())
@@ -119,6 +155,8 @@ def test_a_grown_pool_waits_while_decisions_go_on(
 def test_a_grown_pool_is_sent_after_the_longest_wait_however_busy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A node that never settles (``SETTLE`` longer than the test) still gets a grown pool
+    once the change waited ``GROWTH_WAIT_MAX``."""
     longest = 0.3
     monkeypatch.setattr(pool_updates, "GROWTH_WAIT_MAX", longest)
     plugin = stored_plugin(tmp_path / "state")
@@ -131,17 +169,18 @@ def test_a_grown_pool_is_sent_after_the_longest_wait_however_busy(
             await rt.settle()
             exclusive = rt.cpus_of(pod, "main")
             sent_before = len(sim.unsolicited)
-            await rt.remove_pod(pod)
+            monkeypatch.setattr(pool_updates, "SETTLE", 3600.0)
             loop = asyncio.get_running_loop()
             start, n = loop.time(), 1
-            while len(sim.unsolicited) == sent_before and loop.time() < start + 3 * longest:
+            await rt.remove_pod(pod)
+            while len(sim.unsolicited) == sent_before and loop.time() < start + 60:
                 other = await rt.launch(best_effort(n))  # a decision every few milliseconds
                 await rt.remove_pod(other)
                 await asyncio.sleep(SETTLE / 5)
                 n += 1
             waited = loop.time() - start
             assert len(sim.unsolicited) > sent_before, f"nothing sent after {waited:.2f} s"
-            assert waited >= longest - 0.05
+            assert waited >= longest
             rt.apply_unsolicited()
             assert exclusive <= rt.cpus_of(be, "c")
 

@@ -53,7 +53,9 @@ async def serve(
     """Start the simulator, connect the plugin's stub, wait for Synchronize, yield, tear down.
 
     ``clean_stop`` ends like the daemon on SIGTERM (the journal folded into a checkpoint);
-    False leaves the state as a crash would (checkpoint plus journal).
+    False leaves the state as a crash would (checkpoint plus journal), and nothing of this
+    plugin writes to the state directory afterwards (a fold it started does not finish over
+    the files a restarted plugin uses).
     """
     sim = await NRISimulator.start(
         socket_path,
@@ -74,11 +76,16 @@ async def serve(
         if sync is not None:
             runtime.sync_updates = len(sync.update)
             runtime.apply_updates(sync.update)
+        runtime.flushed = plugin.flusher.idle
         yield Session(sim, runtime, stub, task)
     finally:
+        if runtime is not None:
+            runtime.flushed = None
         await stub.stop()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 5)
         await sim.close()
         if clean_stop:
             plugin.ledger.close()
+        else:
+            plugin.ledger.persistence.halt()

@@ -9,7 +9,7 @@ Synchronize reports after a restart (containers not EXITED, with their current c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,9 @@ class FakeRuntime:
         self._seen_unsolicited = 0
         self.sync_updates = 0
         """How many updates the last Synchronize reply carried."""
+        self.flushed: Callable[[], Awaitable[None]] | None = None
+        """Waits until the plugin has sent every update it queued (set by the harness while
+        an in-process plugin serves this runtime; None for a plugin in another process)."""
 
     # ----------------------------------------------------------------- events
 
@@ -188,17 +191,25 @@ class FakeRuntime:
         return len(new)
 
     async def settle(self, timeout: float = 5.0) -> None:
-        """Wait until the plugin's queued UpdateContainers have arrived (each batch waits until
-        decisions pause for ``SETTLE``, checked every ``SETTLE``: twice that after the last
-        decision), then apply them."""
+        """Wait until the plugin's queued UpdateContainers have arrived, then apply them.
+
+        With an in-process plugin (``flushed``) that is once its update queue is empty, however
+        long the plugin takes on a slow machine; then, and for a plugin in another process,
+        until no request came for a quiet time (each batch waits until decisions pause for
+        ``SETTLE``, checked every ``SETTLE``: twice that after the last decision), ``timeout``
+        at most: updates of decisions that something in the background makes later."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         quiet = 3 * pool_updates.SETTLE + 0.05
         quiet_until = loop.time() + quiet
-        while loop.time() < min(quiet_until, deadline):
-            await asyncio.sleep(0.01)
+        while True:
+            if self.flushed is not None:
+                await self.flushed()
             if self.apply_unsolicited():
                 quiet_until = loop.time() + quiet
+            if loop.time() >= min(quiet_until, deadline):
+                return
+            await asyncio.sleep(0.01)
 
     # ----------------------------------------------------------------- views
 
