@@ -3,8 +3,9 @@ release's code exactly as it was decided, or refused by it with a message naming
 nothing changed; never taken as damaged and rebuilt, which would lose every decision.
 
 The previous release is the newest ``v*`` tag below HEAD, else the version this one replaces
-(``PREVIOUS_RELEASE``, as docs/operations.md says; there are no release tags yet). Its ``nri_plrm`` is unpacked from git into a scratch
-directory and run in a subprocess (``previous_release_reader.py``). Without git history (an
+(``PREVIOUS_RELEASE``, as docs/operations.md says; there are no release tags yet). Its
+``nri_plrm`` is unpacked from git into a scratch directory and run in a subprocess
+(``previous_release_reader.py``). Without git history (an
 archive, a shallow clone) the test skips.
 """
 
