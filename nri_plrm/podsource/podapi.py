@@ -111,7 +111,7 @@ class PodApi:
                 except (StopAsyncIteration, asyncio.TimeoutError):
                     return
                 for line in lines.feed(chunk):
-                    yield _event(line)
+                    yield watch_event(line)
 
     async def close(self) -> None:
         """Close the connections."""
@@ -143,7 +143,9 @@ async def _check(response: httpx2.Response) -> None:
     raise ApiStatusError(response.status_code, message)
 
 
-def _event(line: bytes) -> tuple[str, dict[str, Any]]:
+def watch_event(line: bytes) -> tuple[str, dict[str, Any]]:
+    """One line of a watch stream as its type and object; an ``ERROR`` event raises
+    ``ApiStatusError``, a line that is not an event ``ValueError``."""
     try:
         event = json.loads(line)
     except ValueError as exc:

@@ -25,7 +25,7 @@ import httpx2
 from nri_plrm.podsource.kube import Backoff, describe_failure
 from nri_plrm.podsource.nrt import GROUP, PLURAL, VERSION
 from nri_plrm.podsource.pages import LineSplitter
-from nri_plrm.podsource.podapi import ApiStatusError
+from nri_plrm.podsource.podapi import ApiStatusError, watch_event
 from nri_plrm.scheduler.extender import Extender
 
 NRT_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
@@ -131,7 +131,7 @@ class NodeFeed:
                 except (StopAsyncIteration, asyncio.TimeoutError):
                     return
                 for line in lines.feed(chunk):
-                    yield _event(line)
+                    yield watch_event(line)
 
     async def follow(self, version: str) -> None:
         """Apply watch events from ``version``, reopening the watch from the last version
@@ -185,18 +185,3 @@ class NodeFeed:
                         describe_failure(exc),
                     )
                 await asyncio.sleep(self.backoff.delay(self._failures) if self._failures else 0)
-
-
-def _event(line: bytes) -> tuple[str, dict[str, Any]]:
-    try:
-        event = json.loads(line)
-    except ValueError as exc:
-        raise ValueError(f"watch event not JSON: {exc}") from exc
-    kind = event.get("type") if isinstance(event, dict) else None
-    obj = event.get("object") if isinstance(event, dict) else None
-    if not isinstance(kind, str) or not isinstance(obj, dict):
-        raise ValueError("watch event without a type and an object")
-    if kind == "ERROR":
-        code = obj.get("code")
-        raise ApiStatusError(code if isinstance(code, int) else 500, str(obj.get("message", "")))
-    return kind, obj
