@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fakesysfs import write_sysfs
+from ledger_decisions import decisions
 
 from nri_plrm.checkpoint.journal import JOURNAL_FILE, JOURNAL_FORMAT, DecisionJournal
 from nri_plrm.checkpoint.store import (
@@ -128,19 +129,7 @@ def _restored_as_decided(fixture: Path, tmp_path: Path) -> None:
         store=CheckpointStore(state),
     )
     assert ledger.load() is None
-    restored = {
-        f"{pod.namespace}/{pod.name}": {
-            c.name: None
-            if c.assignment is None
-            else {
-                "assignment": c.assignment.assignment.value,
-                "cpus": str(c.assignment.cpus),
-                "mems": str(c.assignment.mems),
-            }
-            for c in pod.containers
-        }
-        for pod in ledger.pods()
-    }
+    restored = decisions(ledger)
     expected = json.loads((fixture / "expected.json").read_text())
     assert len(expected) == 3
     assert restored == expected

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ledger_decisions import decisions
 from plrm_harness import serve
 
 from nri_plrm.checkpoint.store import CheckpointStore
@@ -93,22 +94,6 @@ def budget_pod() -> PodSpec:
         limits=res,
         containers=(ContainerSpec("app"), ContainerSpec("logger")),
     )
-
-
-def decisions(ledger: NodeLedger) -> dict[str, Any]:
-    return {
-        f"{pod.namespace}/{pod.name}": {
-            c.name: None
-            if c.assignment is None
-            else {
-                "assignment": c.assignment.assignment.value,
-                "cpus": str(c.assignment.cpus),
-                "mems": str(c.assignment.mems),
-            }
-            for c in pod.containers
-        }
-        for pod in ledger.pods()
-    }
 
 
 def write_state(
