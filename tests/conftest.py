@@ -1,6 +1,6 @@
-"""Suite-wide reporting: one line for each recorded input or kit that is absent (the recorded
-containerd NRI traffic, the recorded kernel uevents, the containerd kit) and whose tests were
-skipped."""
+"""Suite-wide: the real-containerd tests kept in one xdist worker, and one line for each recorded
+input or kit that is absent (the recorded containerd NRI traffic, the recorded kernel uevents,
+the containerd kit) and whose tests were skipped."""
 
 from __future__ import annotations
 
@@ -8,6 +8,14 @@ import pytest
 from containerd_kit import kit_unavailable
 from nrisim.capture import capture_available, missing_capture_reason
 from uevent_recordings import missing_shared_reason, shared_dir
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put every real-containerd test in one xdist group (``--dist loadgroup``): one worker runs
+    them one after the other, so one private containerd runs at a time."""
+    for item in items:
+        if item.get_closest_marker("containerd") is not None:
+            item.add_marker(pytest.mark.xdist_group("containerd"))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

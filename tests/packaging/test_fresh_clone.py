@@ -16,7 +16,7 @@ MODULES = ["tests/nri/test_nri_capture.py", "tests/translate/test_pod_to_cri.py"
 def _pytest(capture_dir: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, NRI_CAPTURE_DIR=capture_dir, PYTHONPATH=str(ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rN", *args],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rN", "-n", "2", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -51,7 +51,18 @@ def test_missing_containerd_kit_skips_its_tests_with_one_line(tmp_path: Path) ->
     missing = tmp_path / "no-such-kit"
     env = dict(os.environ, CONTAINERD_KIT=str(missing), PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rN", "-m", "containerd"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-rN",
+            "-n",
+            "2",
+            "-m",
+            "containerd",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -80,6 +91,8 @@ def test_missing_uevent_recording_skips_its_replay_test_with_one_line(tmp_path: 
             "-p",
             "no:cacheprovider",
             "-rN",
+            "-n",
+            "2",
             "tests/topology/test_hotplug_uevent.py",
         ],
         cwd=ROOT,
