@@ -234,7 +234,7 @@ class MemoryState:
         shared = self._shared.get(pod_uid)
         return SavedPodMemory(
             pod_uid,
-            _copied_state(self.machine_state),
+            copy_machine_state(self.machine_state),
             None if entries is None else {name: _copied(b) for name, b in entries.items()},
             None if pod_entry is None else _copied(pod_entry),
             None if shared is None else set(shared),
@@ -244,7 +244,7 @@ class MemoryState:
         """Back to ``saved``: valid when only that pod changed since :meth:`save_pod`."""
         uid = saved.pod_uid
         entries, pod_entry = saved.entries, saved.pod_entry
-        self.machine_state = _copied_state(saved.machine_state)
+        self.machine_state = copy_machine_state(saved.machine_state)
         if entries is not None:
             entries = {name: _copied(blocks) for name, blocks in entries.items()}
         _put(self._entries, uid, entries)
@@ -420,7 +420,7 @@ def _copied(blocks: list[Block]) -> list[Block]:
     return [Block(b.numa, b.type, b.size) for b in blocks]
 
 
-def _copied_state(state: MachineState) -> MachineState:
+def copy_machine_state(state: Mapping[int, NodeState]) -> MachineState:
     """A copy of ``state`` sharing nothing mutable (a deep copy, written out: ``deepcopy`` made
     saving one pod cost more than placing it)."""
     return {

@@ -11,13 +11,13 @@ nothing allocated is *unresolvable*: no eviction makes room for the pod there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nri_plrm.engine.availability import free_per_numa
 from nri_plrm.engine.explain import explain_rejection
 from nri_plrm.engine.facade import Engine
-from nri_plrm.engine.memory_state import MemoryTable, NodeState
+from nri_plrm.engine.memory_state import copy_machine_state
 from nri_plrm.engine.spec import CPU, MEMORY, AdmissionError, PodSpec
 from nri_plrm.podsource.nrt_exact_state import PublishedNode
 
@@ -48,21 +48,6 @@ class Verdict:
 
 
 ADMIT = Verdict(True)
-
-
-def _copy_machine(source: Mapping[int, NodeState]) -> dict[int, NodeState]:
-    """A copy of a machine state the engine may change."""
-    return {
-        node: NodeState(
-            {
-                name: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
-                for name, t in row.memory_map.items()
-            },
-            list(row.cells),
-            row.number_of_assignments,
-        )
-        for node, row in source.items()
-    }
 
 
 class NodeType:
@@ -121,7 +106,7 @@ class NodeModel:
         for uid in engine.pods():
             engine.remove_pod(uid)
         engine.cpu_manager.start_from_state(self._default, self._held, validate=False)
-        engine.memory_manager.machine_state = _copy_machine(self.node.machine_state)
+        engine.memory_manager.machine_state = copy_machine_state(self.node.machine_state)
         return engine
 
     def decide(
